@@ -1,0 +1,51 @@
+# The two commands: `make run` (the whole system with a demo) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+
+.PHONY: run test setup migrate lint format browser clean
+
+run: setup ## set up, seed the demo once, start web + worker + beat + agents + load generator
+	$(PY) manage.py seed_demo
+	$(PY) manage.py collectstatic --noinput -v0
+	$(PY) -m npuportal.supervisor $(RUN_ARGS)
+
+test: setup browser ## set up and run the whole suite
+	$(BIN)/ruff check .
+	$(PY) manage.py makemigrations --check --dry-run
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+setup: $(STAMP) migrate
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput -v0
+
+# The console's browser tests drive Debian's chromium; install it when we may.
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium for the browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "could not install chromium: browser tests will be skipped"; \
+	  else echo "no /usr/bin/chromium: browser tests will be skipped (apt-get install chromium)"; fi; \
+	fi
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var staticfiles

@@ -1,0 +1,97 @@
+"""Nodes, their accelerator devices and the vNPU slice shapes they offer."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Node(models.Model):
+    """An accelerator server with an agent that reports health and runs jobs."""
+
+    class State(models.TextChoices):
+        READY = "ready", "Ready"
+        CORDONED = "cordoned", "Cordoned"  # no new work; running work stays
+        DRAINING = "draining", "Draining"  # no new work; running work finishes
+        DOWN = "down", "Down"
+
+    name = models.CharField(max_length=100, unique=True)
+    agent_url = models.URLField(blank=True, help_text="Base URL of the node agent, e.g. http://10.0.0.5:8470")
+    agent_token = models.CharField(max_length=200, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    reachable = models.BooleanField(default=True)
+    missed_polls = models.PositiveIntegerField(default=0)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def accepts_work(self) -> bool:
+        return self.state == self.State.READY and self.reachable
+
+
+class Device(models.Model):
+    """One accelerator chip, the unit the scheduler hands out."""
+
+    class Health(models.TextChoices):
+        HEALTHY = "healthy", "Healthy"
+        WARNING = "warning", "Warning"  # still takes work
+        DEGRADED = "degraded", "Degraded"  # no new work
+        FAILED = "failed", "Failed"  # work is evicted
+        UNKNOWN = "unknown", "Unknown"
+
+    #: Health states in which a device may take new work.
+    USABLE_HEALTH = frozenset({Health.HEALTHY, Health.WARNING})
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField()
+    chip_model = models.CharField(max_length=50, db_index=True)
+    hbm_mb = models.PositiveIntegerField(default=0)
+    ai_cores = models.PositiveIntegerField(default=0)
+    ai_cpus = models.PositiveIntegerField(default=0)
+    topology_group = models.CharField(max_length=50, blank=True, help_text="HCCS ring or group inside the node")
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
+    health_detail = models.CharField(max_length=300, blank=True)
+    healthy_streak = models.PositiveIntegerField(default=0)
+    schedulable = models.BooleanField(default=True)
+    temp_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    aicore_pct = models.FloatField(null=True, blank=True)
+    hbm_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    ecc_errors = models.PositiveIntegerField(default=0)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="device_unique_index_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/{self.index} ({self.chip_model})"
+
+    @property
+    def usable(self) -> bool:
+        return self.schedulable and self.health in self.USABLE_HEALTH
+
+
+class VnpuTemplate(models.Model):
+    """A vNPU slice shape, e.g. ``vir05_1c_8g`` on 910B4 or ``vir02`` on 310P3."""
+
+    chip_model = models.CharField(max_length=50)
+    name = models.CharField(max_length=50)
+    memory_mb = models.PositiveIntegerField()
+    ai_cores = models.PositiveIntegerField()
+    ai_cpus = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["chip_model", "ai_cores", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["chip_model", "name"], name="vnpu_template_unique_name_per_chip")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.chip_model}"

@@ -1,0 +1,31 @@
+"""The Celery app shared by the web process, workers and beat."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "npuportal.settings")
+
+app = Celery("npuportal")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _periodic_tasks(sender: Celery, **_: object) -> None:
+    """Beat's timetable lives in code so every deployment ticks the same way."""
+    from django.conf import settings
+
+    # Expiry drops ticks that queued up while no worker ran: a stale tick is worthless.
+    sender.add_periodic_task(
+        settings.TICK_INTERVAL_S,
+        sender.signature("scheduling.tick", expires=settings.TICK_INTERVAL_S * 3),
+        name="scheduling tick",
+    )
+    sender.add_periodic_task(
+        settings.AGENT_POLL_INTERVAL_S,
+        sender.signature("devices.poll_agents", expires=settings.AGENT_POLL_INTERVAL_S * 3),
+        name="agent poll",
+    )

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from scheduling.models import Allocation, Job, JobEvent
+from scheduling.services.jobs import MAX_DURATION_S
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="device.node.name")
+    device_index = serializers.IntegerField(source="device.index")
+    chip_model = serializers.CharField(source="device.chip_model")
+    vnpu_template = serializers.CharField(source="vnpu_template.name", default=None)
+
+    class Meta:
+        model = Allocation
+        fields = ["node", "device_index", "chip_model", "vnpu_template", "device_share", "start", "end"]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "from_state", "to_state", "reason", "detail", "policy_version"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name", read_only=True)
+    submitter = serializers.CharField(source="submitter.username", read_only=True)
+    vnpu_template = serializers.CharField(source="vnpu_template.name", default=None, read_only=True)
+    pending_reason_text = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "team",
+            "submitter",
+            "command",
+            "priority_class",
+            "num_devices",
+            "vnpu_template",
+            "chip_model",
+            "estimated_duration_s",
+            "max_duration_s",
+            "state",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "pending_reason",
+            "pending_reason_text",
+            "pending_detail",
+            "estimated_start",
+            "preempt_deadline",
+            "exit_code",
+            "retries",
+            "array_id",
+            "array_index",
+        ]
+        read_only_fields = fields
+
+    def get_pending_reason_text(self, obj: Job) -> str:
+        from scheduling.reason_text import reason_text
+
+        return reason_text(obj.pending_reason) if obj.pending_reason else ""
+
+
+class JobDetailSerializer(JobSerializer):
+    allocations = AllocationSerializer(many=True, read_only=True)
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "allocations", "events"]
+        read_only_fields = fields
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """What a submission may carry; the service checks it against cluster and quota."""
+
+    team = serializers.CharField(required=False, help_text="Team name; optional when you belong to one team")
+    name = serializers.CharField(max_length=200)
+    command = serializers.CharField()
+    priority_class = serializers.CharField(required=False, allow_blank=True)
+    num_devices = serializers.IntegerField(min_value=1, max_value=100000, default=1)
+    vnpu_template = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+    chip_model = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+    estimated_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_DURATION_S, default=3600)
+    max_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_DURATION_S, required=False, allow_null=True)
+    array = serializers.IntegerField(
+        min_value=1, max_value=1000, required=False, help_text="Submit this many copies, like Slurm's --array=0-(N-1)"
+    )

@@ -1,0 +1,134 @@
+"""What the engine is given and what it gives back.
+
+Times inside the engine are floats (seconds since the Unix epoch, UTC): the tick
+compares and sorts tens of thousands of them, and float arithmetic keeps that
+cheap. ``Snapshot.now`` is also given as an aware ``datetime`` because the
+time-of-day quota schedules need the wall clock of the policy's timezone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from scheduling.engine.policy import Policy
+
+
+@dataclass(slots=True)
+class DeviceState:
+    """One accelerator chip. ``usable`` folds health, ``schedulable`` and node state."""
+
+    id: int
+    node: str
+    index: int
+    chip_model: str
+    topology_group: str
+    hbm_mb: int = 0
+    ai_cores: int = 0
+    ai_cpus: int = 0
+    usable: bool = True
+    health: str = "healthy"
+
+
+@dataclass(slots=True)
+class NodeState:
+    name: str
+    devices: list[DeviceState]
+    #: ``False`` for cordoned, draining or down nodes: running work stays, new work does not come.
+    schedulable: bool = True
+    state: str = "ready"
+
+
+@dataclass(frozen=True, slots=True)
+class VnpuTemplate:
+    """A vNPU slice shape of one chip model (``vir05_1c_8g`` on 910B4, ``vir02`` on 310P3)."""
+
+    chip_model: str
+    name: str
+    memory_mb: int
+    ai_cores: int
+    ai_cpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One device given to a job: the whole card, or a vNPU slice of it."""
+
+    device_id: int
+    vnpu_template: str | None = None
+
+
+@dataclass(slots=True)
+class JobState:
+    """A pending or running job.
+
+    A whole-card job asks for ``num_devices`` cards; a vNPU job has
+    ``vnpu_template`` set and ``num_devices == 1``.
+    """
+
+    id: int
+    team: str
+    user: str
+    priority_class: str
+    num_devices: int
+    submitted_at: float
+    estimated_duration_s: float
+    vnpu_template: str | None = None
+    chip_model: str | None = None
+    max_duration_s: float | None = None
+    # Running jobs only:
+    started_at: float | None = None
+    slots: tuple[Slot, ...] = ()
+    #: Set once a preemption was decided: the job must be off its devices at this time.
+    preempt_deadline: float | None = None
+
+
+@dataclass(slots=True)
+class Snapshot:
+    now: datetime
+    policy: Policy
+    nodes: list[NodeState]
+    pending: list[JobState]
+    running: list[JobState]
+    templates: Mapping[tuple[str, str], VnpuTemplate] = field(default_factory=dict)
+    #: Decayed usage (device-hours) per (team, user), for fair share.
+    usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    #: Device-hours used this calendar month per team, for ``deviceHoursPerMonth``.
+    month_device_hours: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: int
+    slots: tuple[Slot, ...]
+    backfilled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job asked to give its devices back by ``grace_deadline``."""
+
+    job_id: int
+    reason: str
+    grace_deadline: float
+    for_job: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why a pending job did not start. ``reason`` is one of :mod:`reasons`' codes."""
+
+    job_id: int
+    reason: str
+    detail: str = ""
+    estimated_start: float | None = None
+
+
+@dataclass(slots=True)
+class Decisions:
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    #: Running jobs whose preemption grace has run out: stop them now.
+    evictions: list[int] = field(default_factory=list)
+    waiting: dict[int, Wait] = field(default_factory=dict)

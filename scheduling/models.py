@@ -1,0 +1,137 @@
+"""Jobs, the devices they hold, and the append-only record of what happened to them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from devices.models import Device, VnpuTemplate
+from quotas.models import Policy, Team
+
+
+class Job(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+        PREEMPTED = "preempted", "Preempted"
+
+    #: States a job never leaves.
+    FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.PREEMPTED})
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    command = models.TextField()
+    priority_class = models.CharField(max_length=50)
+    num_devices = models.PositiveIntegerField(default=1, help_text="Whole cards; 1 for a vNPU job")
+    vnpu_template = models.ForeignKey(VnpuTemplate, null=True, blank=True, on_delete=models.PROTECT)
+    chip_model = models.CharField(max_length=50, blank=True)
+    estimated_duration_s = models.PositiveIntegerField(default=3600)
+    max_duration_s = models.PositiveIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    submitted_at = models.DateTimeField(db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=40, blank=True)
+    pending_detail = models.CharField(max_length=300, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    retries = models.PositiveIntegerField(default=0)
+    launched = models.BooleanField(default=False, help_text="The agent accepted the job")
+    array_id = models.CharField(max_length=40, blank=True)
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"], name="job_state_submitted"),
+            models.Index(fields=["team", "state"], name="job_team_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in self.FINAL_STATES
+
+
+class Allocation(models.Model):
+    """A job's hold on one device (whole card or a vNPU slice) from ``start`` to ``end``.
+
+    ``device_share`` is the card equivalent charged: 1 for a whole card, the
+    template's share of the card's AI cores for a slice. Storing it keeps
+    accounting exact even if a template is later edited.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="allocations")
+    vnpu_template = models.ForeignKey(VnpuTemplate, null=True, blank=True, on_delete=models.PROTECT)
+    device_share = models.FloatField(default=1.0)
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["start"]
+        indexes = [models.Index(fields=["end"], name="allocation_end")]
+        constraints = [
+            # Backstop under the tick's lock: a card is never held whole by two open allocations.
+            models.UniqueConstraint(
+                fields=["device"],
+                condition=Q(end__isnull=True, vnpu_template__isnull=True),
+                name="allocation_one_open_whole_card",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} on {self.device}"
+
+
+class JobEvent(models.Model):
+    """Append-only history: every state change of a job with its reason."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    reason = models.CharField(max_length=40, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job}: {self.from_state or '-'} → {self.to_state} ({self.reason})"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None:
+            raise ValueError("job events are append-only")
+        super().save(*args, **kwargs)
+
+
+class TickRecord(models.Model):
+    """One scheduling tick: when, how long, under which policy, what it decided."""
+
+    started_at = models.DateTimeField(db_index=True)
+    duration_ms = models.FloatField()
+    decide_ms = models.FloatField()
+    policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.SET_NULL)
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+    pending = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    starts = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    evictions = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"tick {self.started_at:%Y-%m-%d %H:%M:%S} ({self.starts} starts)"

@@ -1,0 +1,35 @@
+"""Plain words for the reason codes users see next to a waiting job."""
+
+from __future__ import annotations
+
+TEXT = {
+    "Submitted": "Just submitted; the scheduler looks at it within seconds.",
+    "Priority": "Jobs with higher priority are ahead of it in the queue.",
+    "Resources": "Not enough free devices of the kind it needs right now.",
+    "QuotaMaxDevices": "Your team is at its device limit (max quota) for now.",
+    "QuotaMaxJobs": "Your team is at its limit of concurrent jobs.",
+    "QuotaMaxDuration": "The job asks for longer than your team's maximum job duration.",
+    "QuotaClassNotAllowed": "Your team may not use this priority class.",
+    "MonthlyBudgetExhausted": "Your team has used its device-hours for this month.",
+    "ReservedCapacity": "The free devices are reserved for another priority class.",
+    "Topology": "No placement fits its shape (devices per node, rings or whole nodes).",
+    "ChipModelUnavailable": "The cluster has no devices of the chip model it asks for.",
+    "NodeUnhealthy": "The devices it could use are unhealthy, cordoned or down.",
+    "PreemptionGrace": "Devices are being reclaimed for it; lower-priority jobs get a grace period to finish.",
+    "Preempted": "It was preempted and is queued again, keeping its place by submit time.",
+    "DeviceFailed": "Its device failed; it was requeued to run elsewhere.",
+    "NodeUnreachable": "Its node stopped answering; it was requeued.",
+    "LostOnAgent": "Its node lost the process; it was requeued.",
+}
+
+
+def reason_text(code: str) -> str:
+    try:
+        from scheduling.engine import reasons
+
+        text = getattr(reasons, "REASON_TEXT", {}).get(code)
+        if text:
+            return text
+    except ImportError:
+        pass
+    return TEXT.get(code, code)

@@ -1,0 +1,316 @@
+"""Job use cases: submit, cancel, finish, requeue. Each owns its transaction and events.
+
+The API, the console, the admin and the CLI all come through here, so a rule
+(who may submit what, how a cancel is recorded) is written once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from devices.models import Device, VnpuTemplate
+from quotas.models import Membership, Team
+from quotas.services import active_policy
+from scheduling.engine.policy import quota_at
+from scheduling.models import Allocation, Job, JobEvent
+
+log = logging.getLogger(__name__)
+
+#: Upper bound on any duration, so a typo of extra zeros is caught (one year).
+MAX_DURATION_S = 366 * 86400
+#: Launch failures or lost jobs tolerated before a job is failed for good.
+RETRY_BUDGET = 3
+
+
+class SubmissionError(ValueError):
+    """Bad input for a job; ``field`` names the offending field for the API's error body."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class PermissionDenied(PermissionError):
+    pass
+
+
+@dataclass
+class JobSpec:
+    name: str
+    command: str
+    priority_class: str | None = None
+    num_devices: int = 1
+    vnpu_template: str | None = None
+    chip_model: str | None = None
+    estimated_duration_s: int = 3600
+    max_duration_s: int | None = None
+
+
+def teams_of(user: AbstractBaseUser) -> list[int]:
+    return list(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+
+
+def can_act_for_team(user: AbstractBaseUser, team: Team) -> bool:
+    return bool(user.is_staff) or Membership.objects.filter(user=user, team=team).exists()
+
+
+def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTemplate | None, int | None, str]:
+    """Check a spec against the cluster and the team's quota in force now.
+
+    Returns the priority class, vNPU template, max duration and chip model to store.
+    """
+    if not isinstance(spec.name, str) or not spec.name.strip():
+        raise SubmissionError("name", "must be a non-empty string")
+    if len(spec.name) > 200:
+        raise SubmissionError("name", "must be at most 200 characters")
+    if not isinstance(spec.command, str) or not spec.command.strip():
+        raise SubmissionError("command", "must be a non-empty string")
+    policy = active_policy().policy
+    classes = {c.name for c in policy.priority_classes}
+    pclass = spec.priority_class or policy.default_class.name
+    if pclass not in classes:
+        raise SubmissionError("priority_class", f"unknown class {pclass!r}; one of {', '.join(sorted(classes))}")
+    quota, _ = quota_at(policy, team.name, now)
+    if quota.allowed_priority_classes is not None and pclass not in quota.allowed_priority_classes:
+        allowed = ", ".join(sorted(quota.allowed_priority_classes))
+        raise SubmissionError("priority_class", f"team {team.name} may not use {pclass!r} (allowed: {allowed})")
+    for field_name, value in (
+        ("estimated_duration_s", spec.estimated_duration_s),
+        ("max_duration_s", spec.max_duration_s),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise SubmissionError(field_name, "must be a positive whole number of seconds")
+        if value > MAX_DURATION_S:
+            raise SubmissionError(field_name, f"must be at most {MAX_DURATION_S} seconds (366 days)")
+    max_s = spec.max_duration_s
+    if quota.max_job_duration_s is not None:
+        if max_s is not None and max_s > quota.max_job_duration_s:
+            raise SubmissionError(
+                "max_duration_s", f"exceeds the team's maxJobDuration of {int(quota.max_job_duration_s)} s"
+            )
+        if spec.estimated_duration_s > quota.max_job_duration_s:
+            raise SubmissionError(
+                "estimated_duration_s", f"exceeds the team's maxJobDuration of {int(quota.max_job_duration_s)} s"
+            )
+        max_s = max_s or int(quota.max_job_duration_s)
+    if max_s is not None and spec.estimated_duration_s > max_s:
+        raise SubmissionError("estimated_duration_s", f"must not exceed max_duration_s ({max_s})")
+
+    chip = (spec.chip_model or "").strip()
+    chips = set(Device.objects.values_list("chip_model", flat=True).distinct())
+    if chip and chip not in chips:
+        raise SubmissionError(
+            "chip_model", f"no device of model {chip!r} in the cluster; known: {', '.join(sorted(chips))}"
+        )
+    template = None
+    if spec.vnpu_template:
+        candidates = VnpuTemplate.objects.filter(name=spec.vnpu_template)
+        if chip:
+            candidates = candidates.filter(chip_model=chip)
+        found = list(candidates[:2])
+        if not found:
+            raise SubmissionError(
+                "vnpu_template", f"unknown vNPU template {spec.vnpu_template!r}" + (f" for {chip}" if chip else "")
+            )
+        if len(found) > 1:
+            raise SubmissionError(
+                "chip_model", f"template {spec.vnpu_template!r} exists on several chip models; name one"
+            )
+        template = found[0]
+        chip = template.chip_model
+        if spec.num_devices != 1:
+            raise SubmissionError("num_devices", "must be 1 for a vNPU job")
+    else:
+        if not isinstance(spec.num_devices, int) or isinstance(spec.num_devices, bool) or spec.num_devices < 1:
+            raise SubmissionError("num_devices", "must be a whole number >= 1")
+        pool = Device.objects.filter(chip_model=chip) if chip else Device.objects.all()
+        size = pool.count()
+        if spec.num_devices > size:
+            raise SubmissionError(
+                "num_devices",
+                f"asks for {spec.num_devices} devices; the cluster has {size}" + (f" of {chip}" if chip else ""),
+            )
+    return pclass, template, max_s, chip
+
+
+@transaction.atomic
+def submit_job(
+    *,
+    team: Team,
+    user: AbstractBaseUser,
+    spec: JobSpec,
+    now: datetime | None = None,
+    array_id: str = "",
+    array_index: int | None = None,
+) -> Job:
+    """Validate and queue one job; the next tick considers it."""
+    if not can_act_for_team(user, team):
+        raise PermissionDenied(f"{user} is not a member of team {team.name}")
+    now = now or timezone.now()
+    pclass, template, max_s, chip = _validate(spec, team, now)
+    job = Job.objects.create(
+        team=team,
+        submitter=user,
+        name=spec.name.strip(),
+        command=spec.command,
+        priority_class=pclass,
+        num_devices=spec.num_devices,
+        vnpu_template=template,
+        chip_model=chip,
+        estimated_duration_s=spec.estimated_duration_s,
+        max_duration_s=max_s,
+        submitted_at=now,
+        pending_reason="Submitted",
+        pending_detail="waiting for the next scheduling tick",
+        array_id=array_id,
+        array_index=array_index,
+    )
+    record_submission(job, actor=user)
+    return job
+
+
+def record_submission(job: Job, *, actor: AbstractBaseUser | None) -> None:
+    JobEvent.objects.create(
+        job=job,
+        at=job.submitted_at or timezone.now(),
+        from_state="",
+        to_state=Job.State.PENDING,
+        reason="Submitted",
+        actor=actor,
+    )
+
+
+@transaction.atomic
+def cancel_job(job_id: int, *, actor: AbstractBaseUser | None, reason: str = "Cancelled by user") -> Job:
+    """Cancel a pending or running job; its devices are free at the next tick."""
+    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    if actor is not None and not can_act_for_team(actor, job.team):
+        raise PermissionDenied("not your team's job")
+    if job.is_final:
+        raise SubmissionError("state", f"job is already {job.state}")
+    was_running = job.state == Job.State.RUNNING
+    now = timezone.now()
+    _end(job, Job.State.CANCELLED, now, reason="Cancelled", detail=reason, actor=actor)
+    if was_running:
+        from scheduling import tasks
+
+        transaction.on_commit(lambda: _queue_stop(tasks, job.pk))
+    return job
+
+
+def _queue_stop(tasks: object, job_id: int) -> None:
+    try:
+        tasks.stop_job.delay(job_id, "Cancelled")  # type: ignore[attr-defined]
+    except Exception:
+        log.warning("could not queue stop of job %s; the agent poll will stop it", job_id, exc_info=True)
+
+
+def _end(
+    job: Job,
+    state: str,
+    now: datetime,
+    *,
+    reason: str,
+    detail: str = "",
+    actor: AbstractBaseUser | None = None,
+    exit_code: int | None = None,
+) -> None:
+    old = job.state
+    Allocation.objects.filter(job=job, end__isnull=True).update(end=now)
+    job.state = state
+    job.ended_at = now
+    job.pending_reason = ""
+    job.pending_detail = ""
+    job.estimated_start = None
+    job.preempt_deadline = None
+    if exit_code is not None:
+        job.exit_code = exit_code
+    job.save(
+        update_fields=[
+            "state",
+            "ended_at",
+            "pending_reason",
+            "pending_detail",
+            "estimated_start",
+            "preempt_deadline",
+            "exit_code",
+        ]
+    )
+    JobEvent.objects.create(
+        job=job, at=now, from_state=old, to_state=state, reason=reason, detail=detail[:500], actor=actor
+    )
+
+
+@transaction.atomic
+def finish_job(job_id: int, *, exit_code: int | None, ended_at: datetime | None = None, detail: str = "") -> Job | None:
+    """Record the end of a running job as reported by its agent. Idempotent."""
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.state != Job.State.RUNNING:
+        return job
+    state = Job.State.COMPLETED if exit_code == 0 else Job.State.FAILED
+    now = min(ended_at or timezone.now(), timezone.now())
+    reason = "Completed" if exit_code == 0 else "NonZeroExit"
+    _end(
+        job,
+        state,
+        max(now, job.started_at or now),
+        reason=reason,
+        detail=detail or f"exit code {exit_code}",
+        exit_code=exit_code,
+    )
+    return job
+
+
+@transaction.atomic
+def requeue_job(job_id: int, *, reason: str, detail: str = "", count_retry: bool = True) -> Job | None:
+    """Take a running job off its devices and queue it again, keeping its submit time.
+
+    Usage is charged only up to now: the allocations close here. A job that has
+    used up its retry budget fails instead, so a broken job cannot loop forever.
+    """
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.state != Job.State.RUNNING:
+        return job
+    now = timezone.now()
+    if count_retry and job.retries >= RETRY_BUDGET:
+        _end(job, Job.State.FAILED, now, reason=reason, detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up")
+        return job
+    Allocation.objects.filter(job=job, end__isnull=True).update(end=now)
+    job.state = Job.State.PENDING
+    job.started_at = None
+    job.launched = False
+    job.preempt_deadline = None
+    job.pending_reason = reason
+    job.pending_detail = detail[:300]
+    if count_retry:
+        job.retries += 1
+    job.save(
+        update_fields=[
+            "state",
+            "started_at",
+            "launched",
+            "preempt_deadline",
+            "pending_reason",
+            "pending_detail",
+            "retries",
+        ]
+    )
+    JobEvent.objects.create(
+        job=job, at=now, from_state=Job.State.RUNNING, to_state=Job.State.PENDING, reason=reason, detail=detail[:500]
+    )
+    return job
+
+
+def next_array_id() -> str:
+    last = Job.objects.exclude(array_id="").aggregate(m=Max("id"))["m"] or 0
+    return f"A{last + 1}"

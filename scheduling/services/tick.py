@@ -1,0 +1,226 @@
+"""The scheduling tick: load the snapshot, let the core decide, persist, all under one lock.
+
+Two workers may fire the tick at the same moment (beat on two machines, a
+retried message). The whole read-decide-write runs in one transaction that
+first takes a cluster-wide lock — a PostgreSQL advisory lock, or SQLite's
+write lock taken up front by ``transaction_mode=IMMEDIATE`` — so the second
+tick sees the first one's allocations and can never hand out the same device.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from quotas.services import active_policy
+from scheduling.engine.decide import decide
+from scheduling.engine.snapshot import Decisions, Snapshot
+from scheduling.models import Allocation, Job, JobEvent, TickRecord
+from scheduling.services.snapshot import LoadedState, load_snapshot
+
+log = logging.getLogger(__name__)
+
+#: Arbitrary constant naming the tick's advisory lock on PostgreSQL.
+TICK_LOCK_KEY = 0x6E7075_7469636B  # "npu" "tick"
+
+
+@dataclass
+class TickResult:
+    started: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    evicted: list[int] = field(default_factory=list)
+    waiting: int = 0
+    policy_version: int | None = None
+    duration_ms: float = 0.0
+    decide_ms: float = 0.0
+    load_ms: float = 0.0
+    persist_ms: float = 0.0
+
+
+def _lock_cluster() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TICK_LOCK_KEY])
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else None
+
+
+def run_tick(now: datetime | None = None) -> TickResult:
+    """One full tick. Side effects on agents are queued to run after the commit."""
+    t0 = time.perf_counter()
+    result = TickResult()
+    with transaction.atomic():
+        _lock_cluster()
+        now = now or timezone.now()
+        active = active_policy()
+        result.policy_version = active.version
+        snapshot, loaded = load_snapshot(now, active.policy)
+        t1 = time.perf_counter()
+        decisions = decide(snapshot)
+        t2 = time.perf_counter()
+        _persist(snapshot, loaded, decisions, active.version, result)
+        t3 = time.perf_counter()
+        result.load_ms = (t1 - t0) * 1000
+        result.decide_ms = (t2 - t1) * 1000
+        result.persist_ms = (t3 - t2) * 1000
+        result.duration_ms = (t3 - t0) * 1000
+        TickRecord.objects.create(
+            started_at=now,
+            duration_ms=result.duration_ms,
+            decide_ms=result.decide_ms,
+            policy=active.record,
+            policy_version=active.version,
+            pending=len(snapshot.pending),
+            running=len(snapshot.running),
+            starts=len(result.started),
+            preemptions=len(result.preempted),
+            evictions=len(result.evicted),
+        )
+        if result.started or result.evicted:
+            started, evicted = list(result.started), list(result.evicted)
+            transaction.on_commit(lambda: _dispatch(started, evicted))
+    return result
+
+
+def _dispatch(started: list[int], evicted: list[int]) -> None:
+    """Hand the decisions to the node agents; a broker that is down loses nothing.
+
+    The database already says what must run where, and the agent poll
+    re-sends launches that never reached an agent, so a failed enqueue here
+    only delays the launch.
+    """
+    from scheduling import tasks
+
+    try:
+        for job_id in started:
+            tasks.launch_job.delay(job_id)
+        for job_id in evicted:
+            tasks.stop_job.delay(job_id, "Preempted")
+    except Exception:
+        log.warning("could not queue agent calls; the agent poll will retry", exc_info=True)
+
+
+def _persist(
+    snapshot: Snapshot, loaded: LoadedState, decisions: Decisions, version: int | None, result: TickResult
+) -> None:
+    now = snapshot.now
+    policy = snapshot.policy
+    events: list[JobEvent] = []
+
+    # Evictions first: their devices are what some starts below were promised.
+    if decisions.evictions:
+        requeue = policy.on_preempt == "requeue"
+        Allocation.objects.filter(job_id__in=decisions.evictions, end__isnull=True).update(end=now)
+        new_state = Job.State.PENDING if requeue else Job.State.PREEMPTED
+        Job.objects.filter(id__in=decisions.evictions, state=Job.State.RUNNING).update(
+            state=new_state,
+            started_at=None if requeue else now,
+            ended_at=None if requeue else now,
+            preempt_deadline=None,
+            launched=False,
+            pending_reason="Preempted" if requeue else "",
+            pending_detail="requeued after preemption" if requeue else "",
+        )
+        for job_id in decisions.evictions:
+            events.append(
+                JobEvent(
+                    job_id=job_id,
+                    at=now,
+                    from_state=Job.State.RUNNING,
+                    to_state=new_state,
+                    reason="Preempted",
+                    detail="grace period over",
+                    policy_version=version,
+                )
+            )
+        result.evicted = list(decisions.evictions)
+
+    if decisions.starts:
+        allocations: list[Allocation] = []
+        for start in decisions.starts:
+            for slot in start.slots:
+                share = 1.0
+                tid = None
+                if slot.vnpu_template is not None:
+                    chip = loaded.device_chip[slot.device_id]
+                    template = snapshot.templates[(chip, slot.vnpu_template)]
+                    tid = loaded.template_ids[(chip, slot.vnpu_template)]
+                    cores = loaded.device_ai_cores.get(slot.device_id) or template.ai_cores or 1
+                    share = template.ai_cores / cores
+                allocations.append(
+                    Allocation(
+                        job_id=start.job_id,
+                        device_id=slot.device_id,
+                        vnpu_template_id=tid,
+                        device_share=share,
+                        start=now,
+                    )
+                )
+            detail = "backfilled" if start.backfilled else ""
+            events.append(
+                JobEvent(
+                    job_id=start.job_id,
+                    at=now,
+                    from_state=Job.State.PENDING,
+                    to_state=Job.State.RUNNING,
+                    reason="Scheduled",
+                    detail=detail,
+                    policy_version=version,
+                )
+            )
+        Allocation.objects.bulk_create(allocations)
+        Job.objects.filter(id__in=[s.job_id for s in decisions.starts], state=Job.State.PENDING).update(
+            state=Job.State.RUNNING,
+            started_at=now,
+            pending_reason="",
+            pending_detail="",
+            estimated_start=None,
+            launched=False,
+        )
+        result.started = [s.job_id for s in decisions.starts]
+
+    for pre in decisions.preemptions:
+        deadline = _dt(pre.grace_deadline)
+        Job.objects.filter(id=pre.job_id, state=Job.State.RUNNING, preempt_deadline__isnull=True).update(
+            preempt_deadline=deadline
+        )
+        detail = pre.reason + (f" for job #{pre.for_job}" if pre.for_job else "")
+        events.append(
+            JobEvent(
+                job_id=pre.job_id,
+                at=now,
+                from_state=Job.State.RUNNING,
+                to_state=Job.State.RUNNING,
+                reason="PreemptionScheduled",
+                detail=detail[:500],
+                policy_version=version,
+            )
+        )
+        result.preempted.append(pre.job_id)
+
+    # Waiting reasons: write only the ones that changed, so a quiet tick writes nothing.
+    changed: list[Job] = []
+    for job_id, wait in decisions.waiting.items():
+        old = loaded.waiting.get(job_id)
+        if old is None:
+            continue
+        est = _dt(wait.estimated_start)
+        if est is not None:
+            est = est.replace(microsecond=0)
+        old_est = old[2].replace(microsecond=0) if old[2] is not None else None
+        if (old[0], old[1], old_est) != (wait.reason, wait.detail[:300], est):
+            changed.append(
+                Job(id=job_id, pending_reason=wait.reason, pending_detail=wait.detail[:300], estimated_start=est)
+            )
+    if changed:
+        Job.objects.bulk_update(changed, ["pending_reason", "pending_detail", "estimated_start"], batch_size=1000)
+    result.waiting = len(decisions.waiting)
+    if events:
+        JobEvent.objects.bulk_create(events)

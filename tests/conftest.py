@@ -1,0 +1,69 @@
+"""Shared fixtures: the demo site, users of each role, API clients."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+requires_postgres = pytest.mark.skipif(
+    not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+    reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)",
+)
+requires_redis = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis: set REDIS_URL (CI does)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def demo(db):
+    """The demo site without agents: nodes, devices, templates, teams, users, policy, history."""
+    from scheduling.demo import seed
+
+    seed(with_agents=False)
+    return True
+
+
+@pytest.fixture
+def user_factory(db) -> Callable[..., object]:
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import Membership, Team
+
+    def make(username: str, team: str | None = None, role: str = "member", staff: bool = False) -> object:
+        user = get_user_model().objects.create_user(username, password="pw-" + username, is_staff=staff)
+        if team:
+            Membership.objects.create(user=user, team=Team.objects.get(name=team), role=role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def api() -> Callable[[object], APIClient]:
+    def client_for(user: object) -> APIClient:
+        client = APIClient()
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return client_for
+
+
+def db_url_for_subprocess() -> str:
+    """A DATABASE_URL pointing child processes at the test database."""
+    cfg = connection.settings_dict
+    if cfg["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{cfg['NAME']}"
+    user = cfg.get("USER") or ""
+    auth = f"{user}@" if user else ""
+    return f"postgres://{auth}{cfg.get('HOST') or '127.0.0.1'}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"

@@ -1,0 +1,86 @@
+"""Job API: bad input is refused with the field named, teams never see each other's jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.models import Job
+
+pytestmark = pytest.mark.django_db
+
+GOOD = {"name": "ok", "command": "sleep 1", "num_devices": 1, "estimated_duration_s": 60}
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        ({"num_devices": -1}, "num_devices", ""),
+        ({"num_devices": "many"}, "num_devices", ""),
+        ({"num_devices": 10000}, "num_devices", "cluster has"),
+        ({"name": ""}, "name", ""),
+        ({"command": None}, "command", ""),
+        ({"vnpu_template": "vir99"}, "vnpu_template", "unknown"),
+        ({"chip_model": "H100"}, "chip_model", "no device"),
+        ({"priority_class": "urgent"}, "priority_class", "unknown class"),
+        ({"priority_class": "critical"}, "priority_class", "may not use"),
+        ({"estimated_duration_s": 10**9}, "estimated_duration_s", ""),
+        ({"estimated_duration_s": 7200, "max_duration_s": 3600}, "estimated_duration_s", "must not exceed"),
+        ({"team": "training"}, "team", "belong"),
+    ],
+)
+def test_bad_submissions_get_400_naming_the_field_and_change_nothing(
+    demo, api, user_factory, body, field, words
+) -> None:
+    lead = user_factory("rita", team="research", role="lead")
+    before = Job.objects.count()
+    resp = api(lead).post("/api/v1/jobs/", {**GOOD, **body}, format="json")
+    assert resp.status_code == 400, resp.content
+    data = resp.json()
+    assert data["field"] == field
+    assert words in data["error"]
+    assert Job.objects.count() == before
+
+
+def test_max_duration_above_the_teams_limit_is_refused(demo, api, user_factory) -> None:
+    lead = user_factory("ivan", team="inference", role="lead")
+    resp = api(lead).post("/api/v1/jobs/", {**GOOD, "max_duration_s": 30 * 86400}, format="json")
+    assert resp.status_code == 400
+    assert resp.json()["field"] == "max_duration_s" and "maxJobDuration" in resp.json()["error"]
+
+
+def test_a_member_sees_and_cancels_only_their_teams_jobs(demo, api, user_factory) -> None:
+    alice = user_factory("alice", team="training")
+    eve = user_factory("eve", team="research")
+    created = api(alice).post("/api/v1/jobs/", {**GOOD, "team": "training"}, format="json").json()
+    listed = api(eve).get("/api/v1/jobs/").json()["results"]
+    assert created["id"] not in {j["id"] for j in listed}
+    assert all(j["team"] == "research" for j in listed)
+    assert api(eve).get(f"/api/v1/jobs/{created['id']}/").status_code == 404
+    assert api(eve).post(f"/api/v1/jobs/{created['id']}/cancel/").status_code == 404
+    assert Job.objects.get(pk=created["id"]).state == "pending"
+    own = api(alice).get(f"/api/v1/jobs/{created['id']}/")
+    assert own.status_code == 200 and own.json()["events"][0]["to_state"] == "pending"
+
+
+def test_admin_sees_every_team(demo, api, user_factory) -> None:
+    admin = user_factory("root", staff=True)
+    teams = {j["team"] for j in api(admin).get("/api/v1/jobs/?limit=200").json()["results"]}
+    assert {"training", "research", "inference"} <= teams
+
+
+def test_unauthenticated_requests_are_refused(demo) -> None:
+    from rest_framework.test import APIClient
+
+    resp = APIClient().get("/api/v1/jobs/")
+    assert resp.status_code in (401, 403)
+    assert "error" in resp.json()
+
+
+def test_job_array_submits_indexed_copies(demo, api, user_factory) -> None:
+    lead = user_factory("arr", team="research", role="lead")
+    resp = api(lead).post("/api/v1/jobs/", {**GOOD, "name": "sweep", "array": 4}, format="json")
+    assert resp.status_code == 201
+    jobs = resp.json()
+    assert [j["array_index"] for j in jobs] == [0, 1, 2, 3]
+    assert len({j["array_id"] for j in jobs}) == 1
+    assert [j["name"] for j in jobs] == ["sweep[0]", "sweep[1]", "sweep[2]", "sweep[3]"]
