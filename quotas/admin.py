@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from quotas.models import Department, Membership, Policy, Team
+from quotas.models import AuditEvent, Department, Membership, Policy, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -45,6 +45,22 @@ class PolicyAdmin(admin.ModelAdmin):
     readonly_fields = ("version", "yaml_text", "is_active", "author", "comment", "created", "activated_at")
 
     def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ("at", "actor", "action", "target", "detail")
+    list_filter = ("action",)
+    search_fields = ("target", "detail", "actor__username")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:

@@ -76,3 +76,28 @@ class Policy(models.Model):
 
     def __str__(self) -> str:
         return f"policy v{self.version}{' (active)' if self.is_active else ''}"
+
+
+class AuditEvent(models.Model):
+    """Who changed what in the cluster's configuration, and when: append-only.
+
+    Policy activations, rollbacks, node cordons and drains all land here, so an
+    admin asking "who changed this?" reads one list.
+    """
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=50, db_index=True)
+    target = models.CharField(max_length=200, blank=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.target}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None:
+            raise ValueError("audit events are append-only")
+        super().save(*args, **kwargs)

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from quotas.models import Policy
+from quotas.models import AuditEvent, Policy
 from scheduling.engine.policy import Policy as ParsedPolicy
 from scheduling.engine.policy import PolicyError, parse_policy
 
@@ -60,6 +60,21 @@ def active_policy() -> ActivePolicy:
         return ActivePolicy(record.version, record, parse_policy(_FALLBACK_YAML))
 
 
+def cluster_facts() -> tuple[set[str], dict[str, float]]:
+    """Chip models and healthy capacity per resource key, for validating a policy against this cluster."""
+    from devices.models import Device
+    from scheduling.engine.policy import DEVICES, chip_resource
+
+    chips: set[str] = set()
+    capacity: dict[str, float] = {DEVICES: 0.0}
+    for chip, health, schedulable in Device.objects.values_list("chip_model", "health", "schedulable"):
+        chips.add(chip)
+        if schedulable and health in Device.USABLE_HEALTH:
+            capacity[DEVICES] += 1
+            capacity[chip_resource(chip)] = capacity.get(chip_resource(chip), 0.0) + 1
+    return chips, capacity
+
+
 @transaction.atomic
 def create_version(
     yaml_text: str, *, author: AbstractBaseUser | None, comment: str = "", activate: bool = True
@@ -69,24 +84,32 @@ def create_version(
     Raises :class:`PolicyError` with every issue when the text is invalid;
     nothing is stored then.
     """
-    parse_policy(yaml_text)
+    chips, _ = cluster_facts()
+    parse_policy(yaml_text, chip_models=chips or None)
     # Lock the table's newest row so two admins applying at once get distinct versions.
     last = Policy.objects.select_for_update().aggregate(v=Max("version"))["v"] or 0
     record = Policy.objects.create(version=last + 1, yaml_text=yaml_text, author=author, comment=comment)
     if activate:
-        activate_version(record.version)
+        activate_version(record.version, actor=author, comment=comment)
         record.refresh_from_db()
     return record
 
 
 @transaction.atomic
-def activate_version(version: int) -> Policy:
-    """Make ``version`` the one active policy; the next tick uses it."""
+def activate_version(version: int, *, actor: AbstractBaseUser | None = None, comment: str = "") -> Policy:
+    """Make ``version`` the one active policy; the next tick uses it. Audited."""
     record = Policy.objects.select_for_update().get(version=version)
     parse_policy(record.yaml_text)
+    previous = Policy.objects.filter(is_active=True).exclude(pk=record.pk).values_list("version", flat=True).first()
     Policy.objects.filter(is_active=True).exclude(pk=record.pk).update(is_active=False)
     record.is_active = True
     record.activated_at = timezone.now()
     record.save(update_fields=["is_active", "activated_at"])
+    AuditEvent.objects.create(
+        actor=actor,
+        action="policy.activate",
+        target=f"policy v{version}",
+        detail=(f"replaces v{previous}" if previous else "first active policy") + (f": {comment}" if comment else ""),
+    )
     log.info("policy v%s activated", version)
     return record

@@ -22,7 +22,13 @@ from quotas.services import create_version
 from scheduling.models import Allocation, Job, JobEvent
 
 DEMO_POLICY = settings.BASE_DIR / "examples" / "policies" / "demo.yaml"
-AGENT_BASE_PORT = 8471
+
+
+def agent_base_port() -> int:
+    """First port of the demo agents (one per node, counting up)."""
+    import os
+
+    return int(os.environ.get("NPUPORTAL_AGENT_BASE_PORT", "8471"))
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ def seed(*, with_agents: bool = True) -> dict[str, str]:
     agent_dir.mkdir(parents=True, exist_ok=True)
     agents = []
     for i, spec in enumerate(NODES):
-        port = AGENT_BASE_PORT + i
+        port = agent_base_port() + i
         token_file = agent_dir / f"{spec.name}.token"
         if not token_file.exists():
             token_file.write_text(secrets.token_urlsafe(24))

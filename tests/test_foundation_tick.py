@@ -64,3 +64,42 @@ def test_cancel_frees_the_devices_for_the_next_tick(demo, api, user_factory) -> 
     assert not Allocation.objects.filter(job_id=first["id"], end__isnull=True).exists()
     run_tick()
     assert Job.objects.get(pk=second["id"]).state == "running"
+
+
+def test_job_added_in_the_django_admin_is_started_by_the_tick(demo, user_factory) -> None:
+    from django.test import Client
+    from django.utils import timezone
+
+    from quotas.models import Team
+
+    admin = user_factory("boss", staff=True)
+    admin.is_superuser = True
+    admin.save()
+    client = Client()
+    client.force_login(admin)
+    now = timezone.now()
+    form = {
+        "team": Team.objects.get(name="research").pk,
+        "submitter": admin.pk,
+        "name": "from-admin",
+        "command": "sleep 1",
+        "priority_class": "normal",
+        "num_devices": 1,
+        "chip_model": "310P3",
+        "estimated_duration_s": 60,
+        "submitted_at_0": now.strftime("%Y-%m-%d"),
+        "submitted_at_1": now.strftime("%H:%M:%S"),
+        "array_id": "",
+        "allocations-TOTAL_FORMS": 0,
+        "allocations-INITIAL_FORMS": 0,
+        "events-TOTAL_FORMS": 0,
+        "events-INITIAL_FORMS": 0,
+    }
+    resp = client.post("/admin/scheduling/job/add/", form)
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    job = Job.objects.get(name="from-admin")
+    assert job.events.get().to_state == "pending"
+    run_tick()
+    job.refresh_from_db()
+    assert job.state == "running"
+    assert job.allocations.get().device.chip_model == "310P3"

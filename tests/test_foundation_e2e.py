@@ -1,0 +1,158 @@
+"""`make run`'s system as a user meets it: supervisor, web, worker, beat, agents.
+
+Runs the real processes on loopback in a scratch var/ folder with the default
+embedded setup (SQLite, filesystem broker), exactly as a fresh clone would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path, agent_port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
+    env.update(
+        {
+            "NPUPORTAL_VAR_DIR": str(tmp_path / "var"),
+            "NPUPORTAL_AGENT_BASE_PORT": str(agent_port),
+            "NPUPORTAL_TICK_INTERVAL": "1",
+            "NPUPORTAL_AGENT_POLL_INTERVAL": "1",
+            "DJANGO_SETTINGS_MODULE": "npuportal.settings",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _login(base: str, username: str, password: str) -> requests.Session:
+    s = requests.Session()
+    page = s.get(f"{base}/login/", timeout=10)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    resp = s.post(
+        f"{base}/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{base}/login/"},
+        timeout=10,
+    )
+    assert resp.status_code == 200 and "Log out" in resp.text, f"{username} could not log in"
+    return s
+
+
+def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: Path) -> None:
+    agent_port = free_port()
+    env = _env(tmp_path, agent_port)
+    _manage(env, "migrate", "--noinput", "-v0")
+    seeded = _manage(env, "seed_demo")
+    logins = dict(re.findall(r"^\s+(\S+)\s+(\S+)$", seeded, re.M))
+    assert {"admin", "lead-training"} <= set(logins)
+    token = _manage(env, "drf_create_token", "lead-training").split()[2]
+    port = free_port()
+    sup = subprocess.Popen(
+        [sys.executable, "-m", "npuportal.supervisor", "--port", str(port), "--no-loadgen"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        health = None
+        while time.monotonic() < deadline:
+            try:
+                health = requests.get(f"{base}/healthz", timeout=3)
+                if health.status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert sup.poll() is None, sup.stdout.read()[-3000:]
+            time.sleep(1)
+        assert health is not None and health.status_code == 200, health and health.text
+        assert health.json()["tick"]["age_s"] < 30
+
+        admin = _login(base, "admin", logins["admin"])
+        assert admin.get(f"{base}/admin/", timeout=10).status_code == 200
+        _login(base, "lead-training", logins["lead-training"])
+
+        api = {"Authorization": f"Token {token}"}
+        resp = requests.post(
+            f"{base}/api/v1/jobs/",
+            json={
+                "name": "e2e",
+                "command": "echo hi; sleep 2",
+                "num_devices": 2,
+                "chip_model": "910B4",
+                "estimated_duration_s": 60,
+            },
+            headers=api,
+            timeout=10,
+        )
+        assert resp.status_code == 201, resp.text
+        job_id = resp.json()["id"]
+        submitted = time.monotonic()
+        states = []
+        while time.monotonic() - submitted < 60:
+            job = requests.get(f"{base}/api/v1/jobs/{job_id}/", headers=api, timeout=10).json()
+            if not states or states[-1] != job["state"]:
+                states.append(job["state"])
+            if job["state"] in {"completed", "failed"}:
+                break
+            time.sleep(0.5)
+        assert "running" in states, states
+        assert states[-1] == "completed", (states, job)
+        assert job["exit_code"] == 0
+        assert len(job["allocations"]) == 2
+    finally:
+        sup.send_signal(signal.SIGINT)
+        try:
+            out, _ = sup.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            sup.kill()
+            out, _ = sup.communicate()
+    assert "stopping all processes" in out
+    # Every child is gone: the web port no longer answers.
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+
+
+def test_supervisor_reports_a_dead_child_and_exits_non_zero(tmp_path: Path) -> None:
+    env = _env(tmp_path, free_port())
+    _manage(env, "migrate", "--noinput", "-v0")
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        sup = subprocess.run(
+            [sys.executable, "-m", "npuportal.supervisor", "--port", str(port), "--no-loadgen", "--no-agents"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert sup.returncode != 0
+    assert re.search(r"web exited with code \d+", sup.stdout), sup.stdout[-2000:]
