@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+import plotly
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("NPUPORTAL_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -114,7 +115,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.js ships inside the plotly package: served from our own static files, never a CDN.
+STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -137,7 +139,8 @@ else:
     _queue = CELERY_DIR / "queue"
     _processed = CELERY_DIR / "processed"
     _results = CELERY_DIR / "results"
-    for _folder in (_queue, _processed, _results):
+    _control = CELERY_DIR / "control"
+    for _folder in (_queue, _processed, _results, _control):
         _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_RESULT_BACKEND = f"file://{_results}"
@@ -145,6 +148,7 @@ else:
         "data_folder_in": str(_queue),
         "data_folder_out": str(_queue),
         "processed_folder": str(_processed),
+        "control_folder": str(_control),
         "store_processed": False,
     }
     CACHES = {

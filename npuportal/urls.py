@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from npuportal.health import healthz
+from quotas import views as policy_console
 from scheduling import views as console
 
 urlpatterns = [
@@ -11,6 +12,11 @@ urlpatterns = [
     path("jobs/", console.job_list, name="job-list"),
     path("jobs/<int:pk>/", console.job_detail, name="job-detail"),
     path("cluster/", console.cluster, name="cluster"),
+    path("quota/", policy_console.team_quota, name="team-quota"),
+    path("policy/", policy_console.policy_editor, name="policy-editor"),
+    path("policy/history/", policy_console.policy_history, name="policy-history"),
+    path("policy/v<int:version>/", policy_console.policy_version, name="policy-version"),
+    path("policy/v<int:version>/restore/", policy_console.policy_restore, name="policy-restore"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),

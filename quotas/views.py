@@ -1,0 +1,160 @@
+"""Console pages for policy: the admin's editor and history, the team's quota view.
+
+Views only gather input and call :mod:`quotas.services` and the pure policy
+functions; what a change means is decided there, once.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from quotas.models import Policy, Team
+from quotas.services import activate_version, active_policy, cluster_facts, create_version
+from scheduling.engine.policy import (
+    PolicyError,
+    diff_policies,
+    effective_quotas,
+    load_policy,
+    parse_policy,
+    semantic_diff,
+    week_grid,
+    zone,
+)
+
+MAX_POLICY_CHARS = 200_000
+
+
+@staff_member_required
+def policy_editor(request: HttpRequest) -> HttpResponse:
+    """Edit the YAML; validate, diff, dry-run or apply it. Nothing is stored but on apply."""
+    active = Policy.objects.filter(is_active=True).first()
+    text = active.yaml_text if active else ""
+    context: dict[str, object] = {"active": active}
+    if request.method == "POST":
+        text = request.POST.get("yaml_text", "").replace("\r\n", "\n")
+        action = request.POST.get("action", "validate")
+        comment = request.POST.get("comment", "").strip()[:500]
+        context["comment"] = comment
+        if len(text) > MAX_POLICY_CHARS:
+            context["issues"] = [
+                {
+                    "path": "",
+                    "message": f"policy is longer than {MAX_POLICY_CHARS} characters",
+                    "severity": "error",
+                    "line": None,
+                }
+            ]
+        else:
+            chips, capacity = cluster_facts()
+            candidate, issues = load_policy(text, chip_models=chips or None, capacity=capacity if chips else None)
+            context["issues"] = [
+                {"path": i.path, "message": i.message, "severity": i.severity, "line": i.line} for i in issues
+            ]
+            context["valid"] = candidate is not None
+            if candidate is not None:
+                current = active_policy()
+                context["changes"] = semantic_diff(current.policy, candidate) if current.record else ["first policy"]
+                context["diff"] = diff_policies(
+                    active.yaml_text if active else "",
+                    text,
+                    old_name=f"v{active.version}" if active else "none",
+                    new_name="edited",
+                )
+                if action == "dryrun":
+                    from quotas.dryrun import dry_run
+
+                    try:
+                        days = min(max(int(request.POST.get("days", "7")), 1), 90)
+                    except ValueError:
+                        days = 7
+                    context["dryrun"] = dry_run(current.policy, candidate, days=days)
+                elif action == "apply":
+                    if not comment:
+                        context["comment_error"] = "Say why you change the policy: the comment is kept in history."
+                    else:
+                        try:
+                            record = create_version(text, author=request.user, comment=comment)
+                        except PolicyError as exc:
+                            context["issues"] = [
+                                {"path": i.path, "message": i.message, "severity": i.severity, "line": i.line}
+                                for i in exc.issues
+                            ]
+                        else:
+                            messages.success(request, f"Policy v{record.version} is active from the next tick.")
+                            return redirect("policy-history")
+    context["yaml_text"] = text
+    return render(request, "quotas/policy_editor.html", context)
+
+
+@staff_member_required
+def policy_history(request: HttpRequest) -> HttpResponse:
+    versions = Policy.objects.select_related("author").order_by("-version")
+    return render(request, "quotas/policy_history.html", {"versions": versions})
+
+
+@staff_member_required
+def policy_version(request: HttpRequest, version: int) -> HttpResponse:
+    record = get_object_or_404(Policy, version=version)
+    active = Policy.objects.filter(is_active=True).first()
+    changes: list[str] = []
+    diff = ""
+    if active and active.pk != record.pk:
+        try:
+            changes = semantic_diff(parse_policy(active.yaml_text), parse_policy(record.yaml_text))
+        except PolicyError:
+            changes = ["(one of the versions no longer parses)"]
+        diff = diff_policies(
+            active.yaml_text, record.yaml_text, old_name=f"v{active.version} (active)", new_name=f"v{record.version}"
+        )
+    return render(
+        request, "quotas/policy_version.html", {"record": record, "active": active, "changes": changes, "diff": diff}
+    )
+
+
+@staff_member_required
+@require_POST
+def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
+    record = get_object_or_404(Policy, version=version)
+    activate_version(record.version, actor=request.user, comment="restored in the console")
+    messages.success(request, f"Policy v{record.version} is active again from the next tick.")
+    return redirect("policy-history")
+
+
+@login_required
+def team_quota(request: HttpRequest) -> HttpResponse:
+    """A team's quota in force now and over the week, for its members; admins see every team."""
+    user = request.user
+    teams = Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user)
+    names = list(teams.values_list("name", flat=True))
+    policy = active_policy().policy
+    now = timezone.now()
+    effective = effective_quotas(policy, now, names) if names else {"at": now.isoformat(), "teams": {}}
+    local = now.astimezone(zone(policy.timezone))
+    week_start = (local - timedelta(days=local.weekday())).date()
+    heatmaps = {}
+    for name in names:
+        grid = week_grid(policy, name, week_start)
+        heatmaps[name] = {
+            "z": [[cell["max"] if cell["max"] is not None else None for cell in row] for row in grid],
+            "g": [[cell["guaranteed"] for cell in row] for row in grid],
+            "text": [[cell["schedule"] or "base" for cell in row] for row in grid],
+            "y": [f"{row[0]['weekday']} {row[0]['date']}" for row in grid],
+        }
+    return render(
+        request,
+        "quotas/team_quota.html",
+        {
+            "effective": effective,
+            "timezone": policy.timezone,
+            "heatmaps": heatmaps,
+            "names": names,
+        },
+    )
