@@ -123,8 +123,12 @@ def policy_version(request: HttpRequest, version: int) -> HttpResponse:
 @require_POST
 def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
     record = get_object_or_404(Policy, version=version)
-    activate_version(record.version, actor=request.user, comment="restored in the console")
-    messages.success(request, f"Policy v{record.version} is active again from the next tick.")
+    try:
+        activate_version(record.version, actor=request.user, comment="restored in the console")
+    except PolicyError as exc:
+        messages.error(request, f"v{record.version} no longer validates and stays inactive: {exc.issues[0]}")
+    else:
+        messages.success(request, f"Policy v{record.version} is active again from the next tick.")
     return redirect("policy-history")
 
 

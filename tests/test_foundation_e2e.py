@@ -133,6 +133,7 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
         except subprocess.TimeoutExpired:
             sup.kill()
             out, _ = sup.communicate()
+        print(out[-8000:])  # shown by pytest when the test fails
     assert "stopping all processes" in out
     # Every child is gone: the web port no longer answers.
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -242,7 +242,7 @@ def launch_payload(job: Job, node: Node) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "job_id": job.pk,
         "command": job.command,
-        "env": {"NPUPORTAL_JOB_NAME": job.name, "NPUPORTAL_TEAM": job.team.name},
+        "env": {"JOB_NAME": job.name, "JOB_TEAM": job.team.name},
         "devices": sorted(a.device.index for a in allocs),
     }
     if job.max_duration_s:

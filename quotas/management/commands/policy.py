@@ -217,7 +217,12 @@ class Command(BaseCommand):
         if record.is_active:
             self.stdout.write(f"v{record.version} is already active")
             raise Exit(OK)
-        activate_version(record.version, actor=self._user(opts["author"]), comment="rollback")
+        try:
+            activate_version(record.version, actor=self._user(opts["author"]), comment="rollback")
+        except PolicyError as exc:
+            self._report(exc.issues, False)
+            self.stderr.write(f"v{record.version} no longer validates; it stays inactive")
+            raise Exit(INVALID) from exc
         self.stdout.write(f"v{record.version} is active again (from the next tick)")
 
     def do_effective(self, opts: dict[str, Any]) -> None:

@@ -1,0 +1,74 @@
+"""Durations as admins write them (``90s``, ``15m``, ``24h``, ``7d``, ``1h30m``).
+
+The policy stores seconds as floats so the engine never re-parses text on a
+tick; :func:`format_duration` is its inverse, used wherever a duration is shown
+back to a human (canonical YAML, effective quotas, diffs) so that a value reads
+the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS: tuple[tuple[str, int], ...] = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+# Units in decreasing order, each at most once, so "1h30m" is accepted and the
+# ambiguous "30m1h" is not.
+_DURATION_RE = re.compile(
+    r"\s*(?:(?P<d>\d+(?:\.\d+)?)\s*d)?\s*(?:(?P<h>\d+(?:\.\d+)?)\s*h)?"
+    r"\s*(?:(?P<m>\d+(?:\.\d+)?)\s*m)?\s*(?:(?P<s>\d+(?:\.\d+)?)\s*s)?\s*"
+)
+_NUMBER_RE = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+
+#: Shown in error messages so a typo is fixed in one go.
+DURATION_EXAMPLES = "e.g. 90s, 15m, 24h, 7d, 1h30m"
+
+
+def parse_duration(value: object) -> float:
+    """Seconds for ``value``: a duration string or a plain number of seconds.
+
+    Raises ``ValueError`` with a message fit to show after the field's path.
+    Booleans are refused although they are ints in Python: ``maxAge: yes`` is
+    a mistake, not one second.
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"must be a duration ({DURATION_EXAMPLES}), got {_show(value)}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"must be a duration >= 0, got {_show(value)}")
+        return seconds
+    if not isinstance(value, str):
+        raise ValueError(f"must be a duration ({DURATION_EXAMPLES}), got {_show(value)}")
+    if _NUMBER_RE.fullmatch(value):
+        return float(value)
+    match = _DURATION_RE.fullmatch(value)
+    if match is None or not any(match.groupdict().values()):
+        raise ValueError(f"{value!r} is not a duration ({DURATION_EXAMPLES})")
+    return float(sum(float(match.group(unit)) * size for unit, size in _UNITS if match.group(unit)))
+
+
+def format_duration(seconds: float) -> str | float:
+    """Canonical text for whole seconds, else the number itself.
+
+    One unit, the largest that divides exactly (``90m``, ``7d``, ``90s``), so
+    the text is short and never ambiguous; days only from two days on, because
+    admins write a day-long limit as ``24h``. Fractional seconds are returned
+    as a number because no unit string could round-trip them exactly.
+    """
+    if not float(seconds).is_integer():
+        return float(seconds)
+    whole = int(seconds)
+    for unit, size in _UNITS:
+        if whole % size == 0 and (unit != "d" or whole >= 2 * size) and whole:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
