@@ -1,0 +1,187 @@
+"""Command line of the node agent: check the flags, wire the parts together, serve until told to stop.
+
+Mistakes in flags are reported before anything is started (exit status 2, like any argparse tool), so a
+systemd unit with a typo fails loudly at once instead of running a half-configured agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import re
+import signal
+import socket
+import stat
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from devices.agent import AGENT_VERSION
+from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
+from devices.agent.http_api import AgentContext, AgentServer
+from devices.agent.jobs import JobManager
+from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
+
+BACKENDS = ("npu-smi", "nvidia-smi", "sim")
+MAX_SIM_DEVICES = 64
+
+
+def parse_listen(value: str) -> tuple[str, int, socket.AddressFamily]:
+    """``HOST:PORT`` or ``[IPv6]:PORT`` → (host, port, address family); ``ValueError`` says what is wrong."""
+    match = re.fullmatch(r"\[(?P<v6>[0-9A-Fa-f:.]+)\]:(?P<port>\d+)|(?P<host>[^:\[\]]+):(?P<port4>\d+)", value.strip())
+    if not match:
+        raise ValueError(f"--listen must be HOST:PORT (or [IPv6]:PORT), got {value!r}")
+    port = int(match.group("port") or match.group("port4"))
+    if port > 65535:
+        raise ValueError(f"--listen port {port} is out of range (0-65535)")
+    if match.group("v6"):
+        return match.group("v6"), port, socket.AF_INET6
+    return match.group("host"), port, socket.AF_INET
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m devices.agent",
+        description="npuportal node agent: reports accelerators and runs jobs on this node over HTTP.",
+    )
+    parser.add_argument("--backend", required=True, choices=BACKENDS, help="where device readings come from")
+    parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to serve the API on")
+    parser.add_argument("--token-file", required=True, type=Path, help="file holding the API bearer token")
+    parser.add_argument("--state-dir", required=True, type=Path, help="directory for job records and logs")
+    parser.add_argument("--node-name", help="name reported to the portal (default: the host name)")
+    parser.add_argument("--tool-path", help="path of npu-smi / nvidia-smi (default: found on PATH)")
+    parser.add_argument("--tool-timeout", type=float, default=15.0, help="seconds before a tool call is abandoned")
+    parser.add_argument("--kill-grace", type=float, default=10.0, help="default seconds between SIGTERM and SIGKILL")
+    parser.add_argument(
+        "--keep-finished-days", type=float, default=14.0, help="forget finished jobs after this long (0: never)"
+    )
+    sim = parser.add_argument_group("simulated backend (--backend sim)")
+    sim.add_argument("--sim-chip", help=f"chip model to simulate: {', '.join(SIM_CHIPS)} (default 910B4)")
+    sim.add_argument("--sim-devices", type=int, help=f"number of devices, 1-{MAX_SIM_DEVICES} (default 8)")
+    sim.add_argument("--sim-topology", help="none (default), mesh, ring (HCCS groups of 4, as 910A) or ring:N")
+    parser.add_argument("--version", action="version", version=f"npuportal-agent {AGENT_VERSION}")
+    return parser
+
+
+def _read_token(parser: argparse.ArgumentParser, path: Path) -> bytes:
+    try:
+        token = path.read_bytes().strip()
+        mode = path.stat().st_mode
+    except OSError as exc:
+        parser.error(f"--token-file {path}: {exc.strerror or exc}")
+    if not token:
+        parser.error(f"--token-file {path} is empty")
+    if len(token) < 16:
+        parser.error(f"--token-file {path}: token is shorter than 16 characters; use a long random token")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(f"npuportal-agent: warning: {path} is readable by other users; chmod 600 it", file=sys.stderr)
+    return token
+
+
+def _make_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Backend:
+    sim_values = {"--sim-chip": args.sim_chip, "--sim-devices": args.sim_devices, "--sim-topology": args.sim_topology}
+    sim_flags = [flag for flag, value in sim_values.items() if value is not None]
+    if args.backend != "sim":
+        if sim_flags:
+            parser.error(f"{', '.join(sim_flags)} only apply to --backend sim")
+        if args.tool_timeout <= 0:
+            parser.error("--tool-timeout must be positive")
+        tool = args.tool_path or args.backend
+        if args.backend == "npu-smi":
+            return NpuSmiBackend(tool, args.tool_timeout)
+        return NvidiaSmiBackend(tool, args.tool_timeout)
+    if args.tool_path:
+        parser.error("--tool-path does not apply to --backend sim")
+    names = {name.lower(): name for name in SIM_CHIPS}
+    chip = names.get((args.sim_chip or "910B4").lower())
+    if chip is None:
+        parser.error(f"--sim-chip {args.sim_chip!r} is not one of: {', '.join(SIM_CHIPS)}")
+    count = 8 if args.sim_devices is None else args.sim_devices
+    if not 1 <= count <= MAX_SIM_DEVICES:
+        parser.error(f"--sim-devices must be between 1 and {MAX_SIM_DEVICES}")
+    try:
+        parse_topology(args.sim_topology or "none", count)
+    except ValueError as exc:
+        parser.error(f"--sim-topology: {exc}")
+    return SimBackend(chip, count, args.state_dir, args.sim_topology or "none")
+
+
+def _lock_state_dir(state_dir: Path) -> IO[str] | None:
+    """Two agents on one state dir would both adopt and kill the same jobs: allow only one."""
+    handle = (state_dir / "agent.lock").open("a+", encoding="ascii")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the agent; returns the process exit status (2: bad flags, 1: could not start, 0: stopped)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        host, port, family = parse_listen(args.listen)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for flag, value in (("--kill-grace", args.kill_grace), ("--keep-finished-days", args.keep_finished_days)):
+        if not 0 <= value < float("inf"):
+            parser.error(f"{flag} must be a non-negative number")
+    token = _read_token(parser, args.token_file)
+    try:
+        args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = args.state_dir / ".write-test"
+        probe.write_text("", encoding="ascii")
+        probe.unlink()
+    except OSError as exc:
+        parser.error(f"--state-dir {args.state_dir}: not a writable directory ({exc.strerror or exc})")
+    backend = _make_backend(parser, args)
+    node = args.node_name or socket.gethostname()
+
+    lock = _lock_state_dir(args.state_dir)
+    if lock is None:
+        print(f"npuportal-agent: error: another agent is already using {args.state_dir}", file=sys.stderr)
+        return 1
+    keep = args.keep_finished_days * 86400 if args.keep_finished_days > 0 else None
+    jobs = JobManager(args.state_dir, backend, default_grace_s=args.kill_grace, keep_finished_s=keep)
+    jobs.load()
+    for warning in jobs.warnings:
+        print(f"npuportal-agent: warning: {warning}", file=sys.stderr)
+    try:
+        server = AgentServer((host, port), AgentContext(node, backend, jobs, token), family)
+    except OSError as exc:
+        print(f"npuportal-agent: error: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    jobs.start()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # shutdown() waits for serve_forever() to return, so it must not run on the serving thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    bound_host, bound_port = server.server_address[:2]
+    print(
+        f"npuportal-agent {AGENT_VERSION}: node {node}, backend {backend.name}, "
+        f"listening on {bound_host}:{bound_port}, state {args.state_dir}, "
+        f"{jobs.running_count()} job(s) running",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        jobs.close()
+        lock.close()
+    print("npuportal-agent: stopped; running jobs keep running and are re-adopted on restart", file=sys.stderr)
+    return 0

@@ -1,0 +1,586 @@
+"""Jobs on this node: launch, watch, stop, and survive the agent's own restarts.
+
+The portal may lose the agent at any moment (upgrade, OOM, node hiccup) while jobs hold accelerators for
+days, so the agent is built to be disposable:
+
+* every job runs in its own session under a small wrapper (``runner.py``) that records the exit status
+  in ``<state>/jobs/<id>.exit``, so the status survives the agent;
+* every state change is written to ``<state>/jobs/<id>.json`` atomically before it is acted on;
+* a restarted agent re-adopts running jobs (same pid *and* same kernel start time), reports jobs that
+  ended while it was away with their real exit status, and calls ``lost`` only what it truly cannot know.
+
+One monitor thread does all waiting, time-limit and kill-escalation work, so HTTP calls never block on a
+process.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from devices.agent import procfs
+from devices.agent.backends import Backend, DeviceUse
+from devices.agent.errors import ApiError
+
+RUNNING_STATES = frozenset({"running", "stopping"})
+FINAL_STATES = frozenset({"succeeded", "failed", "killed", "lost"})
+OUTPUT_TAIL_LINES = 50
+MAX_DURATION_LIMIT_S = 366 * 24 * 3600.0
+MAX_GRACE_S = 3600.0
+RUNNER_PATH = Path(__file__).with_name("runner.py")
+RESERVED_ENV = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NPUPORTAL_JOB_ID")
+_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TAIL_BYTES = 64 * 1024
+_MONITOR_INTERVAL_S = 0.1
+
+
+def utc_iso(ts: float | None) -> str | None:
+    """Timestamps go out as ISO 8601 in UTC: the portal compares them across nodes and timezones."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+# --------------------------------------------------------------------------------------------------
+# request validation
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A validated ``POST /v1/jobs`` body."""
+
+    job_id: str
+    job_id_raw: str | int
+    command: str
+    env: dict[str, str]
+    devices: list[int]
+    vnpu: dict[str, Any] | None
+    max_duration_s: float | None
+    cwd: str | None
+
+
+def parse_job_id(value: Any) -> tuple[str, str | int]:
+    """Job ids name files in the state dir, so they are held to a safe alphabet."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ApiError(400, "job_id must be a string or an integer", "job_id")
+    text = str(value)
+    if not _JOB_ID_RE.fullmatch(text):
+        raise ApiError(
+            400, "job_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting alphanumeric", "job_id"
+        )
+    return text, value
+
+
+def _index_list(value: Any, field_name: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        raise ApiError(400, f"{field_name} must be a list of integer device indices", field_name)
+    if len(set(value)) != len(value):
+        raise ApiError(400, f"{field_name} lists a device twice", field_name)
+    return list(value)
+
+
+def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
+    """Check every field of a job request; the first problem found is raised naming its field.
+
+    ``known`` is the set of device indices on this node (``None``: the backend cannot list them now,
+    which is itself reason to refuse a launch).
+    """
+    if not isinstance(payload, dict):
+        raise ApiError(400, "body must be a JSON object", "body")
+    if "job_id" not in payload:
+        raise ApiError(400, "job_id is required", "job_id")
+    job_id, raw_id = parse_job_id(payload["job_id"])
+    command = payload.get("command")
+    if command is None:
+        raise ApiError(400, "command is required", "command")
+    if not isinstance(command, str) or not command.strip():
+        raise ApiError(400, "command must be a non-empty string", "command")
+    if "\0" in command:
+        raise ApiError(400, "command must not contain NUL bytes", "command")
+    env_in = payload.get("env", {})
+    if env_in is None:
+        env_in = {}
+    if not isinstance(env_in, dict):
+        raise ApiError(400, "env must be an object of string values", "env")
+    env: dict[str, str] = {}
+    for key, value in env_in.items():
+        if not _ENV_NAME_RE.fullmatch(key):
+            raise ApiError(400, f"env name {key!r} is not a valid variable name", "env")
+        if key in RESERVED_ENV or key.startswith("NPUPORTAL_"):
+            raise ApiError(400, f"env {key} is set by the agent and cannot be overridden", "env")
+        if not isinstance(value, str) or "\0" in value:
+            raise ApiError(400, f"env {key} must be a string without NUL bytes", "env")
+        env[key] = value
+    vnpu = payload.get("vnpu")
+    if vnpu is not None:
+        if not isinstance(vnpu, dict):
+            raise ApiError(400, "vnpu must be an object {template, device}", "vnpu")
+        template = vnpu.get("template")
+        if not isinstance(template, str) or not re.fullmatch(r"[A-Za-z0-9_]{1,64}", template):
+            raise ApiError(400, "vnpu.template must be a template name such as vir05_1c_8g", "vnpu.template")
+        vdev = vnpu.get("device")
+        if isinstance(vdev, bool) or not isinstance(vdev, int):
+            raise ApiError(400, "vnpu.device must be an integer device index", "vnpu.device")
+        vnpu = {"template": template, "device": vdev}
+    if "devices" in payload:
+        devices = _index_list(payload["devices"], "devices")
+    elif vnpu is not None:
+        devices = [vnpu["device"]]
+    else:
+        raise ApiError(400, "devices is required (a list of device indices)", "devices")
+    if vnpu is not None and devices != [vnpu["device"]]:
+        raise ApiError(400, "a vNPU job runs on exactly its vnpu.device; devices must be [vnpu.device]", "devices")
+    if not devices:
+        raise ApiError(400, "devices must name at least one device", "devices")
+    if known is None:
+        raise ApiError(400, "the agent cannot list this node's devices right now; see GET /v1/devices", "devices")
+    unknown = [d for d in devices if d not in known]
+    if unknown:
+        listing = ", ".join(str(k) for k in sorted(known)) or "none"
+        raise ApiError(400, f"unknown device index {unknown[0]} (this node has: {listing})", "devices")
+    limit = payload.get("max_duration_s")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
+            raise ApiError(400, "max_duration_s must be a number of seconds", "max_duration_s")
+        if not 0 < limit <= MAX_DURATION_LIMIT_S:
+            raise ApiError(400, f"max_duration_s must be > 0 and <= {MAX_DURATION_LIMIT_S:g}", "max_duration_s")
+        limit = float(limit)
+    cwd = payload.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd)):
+        raise ApiError(400, "cwd must be an absolute path to an existing directory", "cwd")
+    return JobRequest(job_id, raw_id, command, env, devices, vnpu, limit, cwd)
+
+
+def parse_grace(value: str | None, default: float) -> float:
+    """``?grace=`` on DELETE: seconds between SIGTERM and SIGKILL."""
+    if value is None:
+        return default
+    try:
+        grace = float(value)
+    except ValueError:
+        raise ApiError(400, "grace must be a number of seconds", "grace") from None
+    if not math.isfinite(grace) or not 0 <= grace <= MAX_GRACE_S:
+        raise ApiError(400, f"grace must be between 0 and {MAX_GRACE_S:g} seconds", "grace")
+    return grace
+
+
+# --------------------------------------------------------------------------------------------------
+# job records
+
+
+@dataclass
+class Job:
+    """Everything persisted about one job (``<state>/jobs/<id>.json``)."""
+
+    job_id: str
+    job_id_raw: str | int
+    command: str
+    devices: list[int]
+    state: str
+    started_ts: float
+    vnpu: dict[str, Any] | None = None
+    max_duration_s: float | None = None
+    cwd: str | None = None
+    env_keys: list[str] = field(default_factory=list)  # values are not stored: they may hold secrets
+    exit_code: int | None = None
+    reason: str | None = None
+    ended_ts: float | None = None
+    pid: int | None = None
+    proc_start: int | None = None
+    boot_id: str | None = None
+    stop_reason: str | None = None
+    stop_requested_ts: float | None = None
+    stop_deadline_ts: float | None = None
+    sigkill_sent: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Job:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def view(self) -> dict[str, Any]:
+        """The API shape of this job (without ``output_tail``, which costs a file read)."""
+        return {
+            "job_id": self.job_id_raw,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "started_at": utc_iso(self.started_ts),
+            "ended_at": utc_iso(self.ended_ts),
+            "devices": self.devices,
+            "reason": self.reason,
+            "command": self.command,
+            "vnpu": self.vnpu,
+            "max_duration_s": self.max_duration_s,
+            "pid": self.pid,
+        }
+
+
+def read_tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
+    """Last ``lines`` lines of a job log, reading only its end (logs of long jobs get large)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - _TAIL_BYTES))
+            data = fh.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    out = text.splitlines()
+    if size > _TAIL_BYTES and out:
+        out = out[1:]  # first line is probably cut
+    return out[-lines:]
+
+
+def _describe_exit(code: int) -> str | None:
+    if code == 0:
+        return None
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited with status {code}"
+
+
+# --------------------------------------------------------------------------------------------------
+# the manager
+
+
+class JobManager:
+    """Owns all jobs of this node; thread-safe; one background monitor thread."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        backend: Backend,
+        *,
+        default_grace_s: float = 10.0,
+        keep_finished_s: float | None = 14 * 24 * 3600.0,
+    ) -> None:
+        self.jobs_dir = state_dir / "jobs"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs may hold secrets
+        self.backend = backend
+        self.default_grace_s = default_grace_s
+        self.keep_finished_s = keep_finished_s
+        self._jobs: dict[str, Job] = {}
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._boot_id = procfs.boot_id()
+        self._last_prune = 0.0
+        self.warnings: list[str] = []
+
+    # -- files ------------------------------------------------------------------------------------
+    def record_path(self, job_id: str) -> Path:
+        return self.jobs_dir / f"{job_id}.json"
+
+    def log_path(self, job_id: str) -> Path:
+        return self.jobs_dir / f"{job_id}.log"
+
+    def exit_path(self, job_id: str) -> Path:
+        return self.jobs_dir / f"{job_id}.exit"
+
+    def _save(self, job: Job) -> None:
+        procfs.write_json_atomic(self.record_path(job.job_id), asdict(job))
+
+    def _read_exit(self, job_id: str) -> tuple[int | None, float | None]:
+        """Exit status the wrapper recorded, and when (the file's mtime is the job's end time)."""
+        path = self.exit_path(job_id)
+        try:
+            text = path.read_text(encoding="ascii").strip()
+            mtime = path.stat().st_mtime
+        except OSError:
+            return None, None
+        try:
+            return int(text), mtime
+        except ValueError:
+            return None, None
+
+    # -- startup ----------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read persisted jobs and reconcile the ones that were running when the last agent stopped."""
+        for stale in self.jobs_dir.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+        for path in sorted(self.jobs_dir.glob("*.json")):
+            try:
+                job = Job.from_json(procfs.read_json(path))
+            except (OSError, ValueError, TypeError) as exc:
+                self.warnings.append(f"ignoring unreadable job record {path.name}: {exc}")
+                continue
+            self._jobs[job.job_id] = job
+            if job.state in RUNNING_STATES:
+                self._adopt(job)
+
+    def _adopt(self, job: Job) -> None:
+        """Decide, for a job left running by an earlier agent, whether it still runs, ended, or is lost."""
+        if job.pid is None:
+            # The earlier agent died between launching and recording the pid: find the wrapper by its argv.
+            job.pid = procfs.find_pid_by_argument(str(self.exit_path(job.job_id)))
+            stat = procfs.read_stat(job.pid) if job.pid else None
+            job.proc_start = stat.start_ticks if stat else None
+            job.boot_id = self._boot_id
+        same_boot = job.boot_id is not None and job.boot_id == self._boot_id
+        if job.pid is not None and same_boot and procfs.same_process_alive(job.pid, job.proc_start):
+            self._save(job)
+            return  # the monitor thread keeps watching it through /proc
+        code, ended = self._read_exit(job.job_id)
+        self._finalize(job, code, ended)
+
+    # -- public API -------------------------------------------------------------------------------
+    def submit(self, payload: Any) -> tuple[int, dict[str, Any]]:
+        """Launch a job; ``(201, record)`` when started, ``(200, record)`` when the id already exists."""
+        if isinstance(payload, dict) and "job_id" in payload:
+            job_id, _ = parse_job_id(payload["job_id"])
+            with self._lock:
+                if job_id in self._jobs:
+                    return 200, self.describe(job_id)
+        known = self.backend.known_indices()  # may run the vendor tool: keep it outside the lock
+        request = parse_job_request(payload, known)
+        with self._lock:
+            if request.job_id in self._jobs:  # a concurrent POST of the same id won the race
+                return 200, self.describe(request.job_id)
+            usage = self.device_usage()
+            for index in request.devices:
+                reason = self.backend.unusable_reason(index)
+                if reason:
+                    raise ApiError(409, reason, "devices")
+                holders = usage.get(index, ())
+                if holders and (request.vnpu is None or any(u.vnpu is None for u in holders)):
+                    raise ApiError(409, f"device {index} is in use by job {holders[0].job_id}", "devices")
+            plan = self.backend.plan_launch(request.devices, request.vnpu, usage)
+            job = self._launch(request, plan.env, plan.vnpu)
+            return 201, self.describe(job.job_id)
+
+    def describe(self, job_id: str, *, with_output: bool = True) -> dict[str, Any]:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise ApiError(404, f"no job {job_id} on this node")
+            view = job.view()
+        if with_output:
+            view["output_tail"] = read_tail(self.log_path(job_id))
+        return view
+
+    def get(self, raw_id: str) -> dict[str, Any]:
+        if not _JOB_ID_RE.fullmatch(raw_id):
+            raise ApiError(404, f"no job {raw_id!r} on this node")
+        return self.describe(raw_id)
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            ids = sorted(self._jobs, key=lambda j: self._jobs[j].started_ts)
+        return [self.describe(j, with_output=False) for j in ids]
+
+    def running_count(self) -> int:
+        with self._lock:
+            return sum(1 for j in self._jobs.values() if j.state in RUNNING_STATES)
+
+    def device_usage(self) -> dict[int, list[DeviceUse]]:
+        """Which running job holds which device (stopping jobs still hold theirs)."""
+        usage: dict[int, list[DeviceUse]] = {}
+        with self._lock:
+            for job in self._jobs.values():
+                if job.state in RUNNING_STATES:
+                    for index in job.devices:
+                        usage.setdefault(index, []).append(DeviceUse(job.job_id, job.pid, job.command, job.vnpu))
+        return usage
+
+    def stop(self, raw_id: str, grace_s: float | None = None) -> dict[str, Any]:
+        """SIGTERM the job's process group now, SIGKILL after ``grace_s``; idempotent."""
+        if not _JOB_ID_RE.fullmatch(raw_id):
+            raise ApiError(404, f"no job {raw_id!r} on this node")
+        grace = self.default_grace_s if grace_s is None else grace_s
+        with self._lock:
+            job = self._jobs.get(raw_id)
+            if job is None:
+                raise ApiError(404, f"no job {raw_id} on this node")
+            if job.state in RUNNING_STATES:
+                self._request_stop(job, grace, "cancelled")
+        self._wake.set()
+        return self.describe(raw_id)
+
+    # -- launching --------------------------------------------------------------------------------
+    def _launch(self, request: JobRequest, plan_env: Mapping[str, str], vnpu: dict[str, Any] | None) -> Job:
+        job_id = request.job_id
+        exit_file = self.exit_path(job_id)
+        exit_file.unlink(missing_ok=True)  # from a pruned job of the same id; must not be read as ours
+        now = time.time()
+        job = Job(
+            job_id=job_id,
+            job_id_raw=request.job_id_raw,
+            command=request.command,
+            devices=request.devices,
+            state="running",
+            started_ts=now,
+            vnpu=vnpu,
+            max_duration_s=request.max_duration_s,
+            cwd=request.cwd,
+            env_keys=sorted(request.env),
+            boot_id=self._boot_id,
+        )
+        self._jobs[job_id] = job
+        self._save(job)  # on disk before the process exists: a crash now leaves a record to reconcile
+        env = dict(os.environ)
+        env.update(request.env)
+        env.update(plan_env)
+        env["NPUPORTAL_JOB_ID"] = job_id
+        argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file), request.command]
+        try:
+            log_fd = os.open(self.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: owner-only
+                child = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=request.cwd,
+                    start_new_session=True,  # own process group: killable as a whole, survives the agent
+                )
+        except OSError as exc:
+            job.state, job.reason, job.ended_ts = "failed", f"could not start: {exc}", time.time()
+            self._save(job)
+            return job
+        job.pid = child.pid
+        stat = procfs.read_stat(child.pid)
+        job.proc_start = stat.start_ticks if stat else None
+        self._children[job_id] = child
+        self._save(job)
+        self._wake.set()
+        return job
+
+    # -- stopping ---------------------------------------------------------------------------------
+    def _request_stop(self, job: Job, grace: float, reason: str) -> None:
+        now = time.time()
+        if job.stop_requested_ts is None:
+            job.stop_requested_ts = now
+            job.stop_reason = reason
+            job.stop_deadline_ts = now + grace
+            job.state = "stopping"
+            self._save(job)
+            self._signal(job, signal.SIGTERM)
+        elif job.stop_deadline_ts is None or now + grace < job.stop_deadline_ts:
+            job.stop_deadline_ts = now + grace  # a second, more impatient request may shorten the grace
+            self._save(job)
+
+    def _signal(self, job: Job, sig: signal.Signals) -> None:
+        """Signal the job's whole process group, but only while its leader is provably still our job."""
+        if job.pid is None:
+            return
+        child = self._children.get(job.job_id)
+        if child is None and not procfs.same_process_alive(job.pid, job.proc_start):
+            return
+        try:
+            os.killpg(job.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- monitoring -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._monitor, name="job-monitor", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop watching; running jobs keep running and a later agent re-adopts them."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _monitor(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # the monitor must outlive any single bad job
+                print(f"npuportal-agent: monitor error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            self._wake.wait(_MONITOR_INTERVAL_S)
+            self._wake.clear()
+
+    def tick(self) -> None:
+        """One pass: reap finished jobs, enforce time limits, escalate overdue stops, prune old records."""
+        now = time.time()
+        with self._lock:
+            for job in [j for j in self._jobs.values() if j.state in RUNNING_STATES]:
+                finished, code, ended = self._poll(job)
+                if finished:
+                    self._finalize(job, code, ended)
+                    continue
+                if job.max_duration_s is not None and job.stop_requested_ts is None:
+                    if now - job.started_ts >= job.max_duration_s:
+                        self._request_stop(job, self.default_grace_s, "walltime")
+                if job.stop_deadline_ts is not None and now >= job.stop_deadline_ts and not job.sigkill_sent:
+                    job.sigkill_sent = True
+                    self._save(job)
+                    self._signal(job, signal.SIGKILL)
+            if self.keep_finished_s is not None and now - self._last_prune > 3600:
+                self._last_prune = now
+                self._prune(now)
+
+    def _poll(self, job: Job) -> tuple[bool, int | None, float | None]:
+        """Has the job ended? Returns ``(finished, exit status or None, end time or None)``."""
+        child = self._children.get(job.job_id)
+        if child is not None:
+            try:
+                # WNOWAIT: look without reaping, so the pid (= process group id) cannot be reused yet.
+                if os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    return False, None, None
+            except ChildProcessError:
+                pass  # already reaped (Popen does so when it is collected); wait() below returns the status
+            try:
+                os.killpg(child.pid, signal.SIGKILL)  # whatever the command left behind in its group
+            except (ProcessLookupError, PermissionError):
+                pass
+            returncode = child.wait()
+            del self._children[job.job_id]
+            code, ended = self._read_exit(job.job_id)
+            if code is None:
+                code = returncode  # the wrapper itself was killed (SIGKILL): its own status is all we have
+            return True, code, ended or time.time()
+        if job.pid is not None and procfs.same_process_alive(job.pid, job.proc_start):
+            return False, None, None
+        code, ended = self._read_exit(job.job_id)
+        return True, code, ended
+
+    def _finalize(self, job: Job, code: int | None, ended: float | None) -> None:
+        job.ended_ts = ended or time.time()
+        job.exit_code = code
+        if job.stop_reason is not None:
+            job.state = "killed"
+            job.reason = job.stop_reason
+            if code is None and job.sigkill_sent:
+                job.exit_code = -signal.SIGKILL
+        elif code is None:
+            job.state = "lost"
+            job.reason = (
+                "the job's process ended while no agent was watching and left no exit status "
+                "(killed with SIGKILL, or the node rebooted)"
+            )
+        else:
+            job.state = "succeeded" if code == 0 else "failed"
+            job.reason = _describe_exit(code)
+        self._save(job)
+
+    def _prune(self, now: float) -> None:
+        """Forget finished jobs older than the retention period, with their logs."""
+        assert self.keep_finished_s is not None
+        for job in list(self._jobs.values()):
+            if job.state in FINAL_STATES and job.ended_ts is not None and now - job.ended_ts > self.keep_finished_s:
+                del self._jobs[job.job_id]
+                for path in (self.record_path(job.job_id), self.log_path(job.job_id), self.exit_path(job.job_id)):
+                    path.unlink(missing_ok=True)

@@ -1,0 +1,63 @@
+"""Job wrapper: runs the user's command and leaves its exit status in a file.
+
+The agent may die or be restarted while a job runs; the job keeps going in its own session, but a
+restarted agent is no longer its parent and cannot ``wait()`` for it. This tiny wrapper *is* the job's
+parent, so it always learns the real exit status and writes it to ``<state>/jobs/<id>.exit`` (atomically)
+for whichever agent is around to read it.
+
+It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the agent signals the whole
+process group, so the command gets the signal directly and the wrapper stays to record the outcome.
+SIGKILL still takes the wrapper down, and then no exit file exists, which the agent reports honestly.
+
+Standard library only, and importing nothing from the project, so the agent can start it by file path
+with ``python -I -S runner.py`` (``python -m devices.agent.runner`` works too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+SHELL = "/bin/sh"
+
+
+def write_exit_status(path: str, status: int) -> None:
+    """Atomically write ``status`` (negative: killed by that signal, as Python reports it)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"{status}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _stay_alive(signum: int, frame: FrameType | None) -> None:
+    """Outlive group-wide signals long enough to record the command's status (the command got them too)."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``/bin/sh -c COMMAND``, record its status, and exit with a shell-style status."""
+    parser = argparse.ArgumentParser(prog="python -m devices.agent.runner")
+    parser.add_argument("--exit-file", required=True, help="where to write the command's exit status")
+    parser.add_argument("command", help="shell command, run with /bin/sh -c")
+    args = parser.parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _stay_alive)  # a Python handler, unlike SIG_IGN, is reset for the child on exec
+    try:
+        child = subprocess.Popen([SHELL, "-c", args.command])  # same process group: group signals reach it
+    except OSError as exc:
+        print(f"npuportal runner: cannot start {SHELL}: {exc}", file=sys.stderr, flush=True)
+        write_exit_status(args.exit_file, 127)
+        return 127
+    status = child.wait()
+    write_exit_status(args.exit_file, status)
+    return status if status >= 0 else 128 - status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
