@@ -101,3 +101,25 @@ class AuditEvent(models.Model):
         if self.pk is not None:
             raise ValueError("audit events are append-only")
         super().save(*args, **kwargs)
+
+
+class ApiToken(models.Model):
+    """A named API token of one user; several per user, each revocable on its own.
+
+    Only a SHA-256 of the key is stored: the key itself is shown once, when the
+    token is made. ``prefix`` (the key's first characters) lets a user tell
+    their tokens apart in a list.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16)
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.name} ({self.prefix}…)"

@@ -158,6 +158,7 @@ def team_quota(request: HttpRequest) -> HttpResponse:
         {
             "effective": effective,
             "timezone": policy.timezone,
+            "at_display": local.strftime("%Y-%m-%d %H:%M"),
             "heatmaps": heatmaps,
             "names": names,
         },
