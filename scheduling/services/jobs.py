@@ -12,7 +12,8 @@ from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from devices.models import Device, VnpuTemplate
@@ -226,7 +227,8 @@ def _end(
     exit_code: int | None = None,
 ) -> None:
     old = job.state
-    Allocation.objects.filter(job=job, end__isnull=True).update(end=now)
+    # Never before an allocation's start, even when ``now`` is a failure time in the past.
+    Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(now)))
     job.state = state
     job.ended_at = now
     job.pending_reason = ""
@@ -252,14 +254,26 @@ def _end(
 
 
 @transaction.atomic
-def finish_job(job_id: int, *, exit_code: int | None, ended_at: datetime | None = None, detail: str = "") -> Job | None:
-    """Record the end of a running job as reported by its agent. Idempotent."""
+def finish_job(
+    job_id: int,
+    *,
+    exit_code: int | None,
+    ended_at: datetime | None = None,
+    detail: str = "",
+    reason: str | None = None,
+) -> Job | None:
+    """Record the end of a running job as reported by its agent. Idempotent.
+
+    Exit code 0 completes the job; anything else (a non-zero status, a negative
+    one for a signal, none at all) fails it. ``reason`` overrides the event's
+    reason (``Walltime``, ``Killed``); any reason but ``Completed`` fails the job.
+    """
     job = Job.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.state != Job.State.RUNNING:
         return job
-    state = Job.State.COMPLETED if exit_code == 0 else Job.State.FAILED
+    reason = reason or ("Completed" if exit_code == 0 else "NonZeroExit")
+    state = Job.State.COMPLETED if exit_code == 0 and reason == "Completed" else Job.State.FAILED
     now = min(ended_at or timezone.now(), timezone.now())
-    reason = "Completed" if exit_code == 0 else "NonZeroExit"
     _end(
         job,
         state,
@@ -272,20 +286,26 @@ def finish_job(job_id: int, *, exit_code: int | None, ended_at: datetime | None 
 
 
 @transaction.atomic
-def requeue_job(job_id: int, *, reason: str, detail: str = "", count_retry: bool = True) -> Job | None:
+def requeue_job(
+    job_id: int, *, reason: str, detail: str = "", count_retry: bool = True, at: datetime | None = None
+) -> Job | None:
     """Take a running job off its devices and queue it again, keeping its submit time.
 
-    Usage is charged only up to now: the allocations close here. A job that has
-    used up its retry budget fails instead, so a broken job cannot loop forever.
+    Usage is charged only up to ``at`` (the failure time; default now, never
+    before the job started): the allocations close there. A job that has used
+    up its retry budget fails instead, so a broken job cannot loop forever.
     """
     job = Job.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.state != Job.State.RUNNING:
         return job
     now = timezone.now()
+    at = min(at or now, now)
+    if job.started_at is not None:
+        at = max(at, job.started_at)
     if count_retry and job.retries >= RETRY_BUDGET:
-        _end(job, Job.State.FAILED, now, reason=reason, detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up")
+        _end(job, Job.State.FAILED, at, reason=reason, detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up")
         return job
-    Allocation.objects.filter(job=job, end__isnull=True).update(end=now)
+    Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(at)))
     job.state = Job.State.PENDING
     job.started_at = None
     job.launched = False
@@ -306,7 +326,7 @@ def requeue_job(job_id: int, *, reason: str, detail: str = "", count_retry: bool
         ]
     )
     JobEvent.objects.create(
-        job=job, at=now, from_state=Job.State.RUNNING, to_state=Job.State.PENDING, reason=reason, detail=detail[:500]
+        job=job, at=at, from_state=Job.State.RUNNING, to_state=Job.State.PENDING, reason=reason, detail=detail[:500]
     )
     return job
 

@@ -11,9 +11,11 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.db.models import Q
+from django.db import connection
+from django.db.models import F, FloatField, Func, Q, QuerySet
 
 from devices.models import Device, Node, VnpuTemplate
 from scheduling.engine.policy import Policy
@@ -29,7 +31,8 @@ USAGE_WINDOW_HALF_LIVES = 4
 class LoadedState:
     """What the persist step compares against, keyed by job id."""
 
-    waiting: dict[int, tuple[str, str, datetime | None]] = field(default_factory=dict)
+    #: pending job id -> (reason, detail, estimated start in whole epoch seconds)
+    waiting: dict[int, tuple[str, str, float | None]] = field(default_factory=dict)
     running: dict[int, JobState] = field(default_factory=dict)
     template_ids: dict[tuple[str, str], int] = field(default_factory=dict)
     device_ai_cores: dict[int, int] = field(default_factory=dict)
@@ -37,8 +40,37 @@ class LoadedState:
     device_chip: dict[int, str] = field(default_factory=dict)
 
 
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
+class EpochSeconds(Func):
+    """A timestamp as float seconds since the epoch, computed by the database.
+
+    Turning tens of thousands of timestamps into ``datetime`` objects costs
+    more than the rest of the load together; the engine wants floats anyway.
+    """
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        template = "((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+def epoch(field: str) -> EpochSeconds:
+    return EpochSeconds(F(field))
+
+
+def raw_rows(queryset: QuerySet[Any]) -> list[tuple[Any, ...]]:
+    """The queryset's rows as the driver returns them, skipping Django's per-value converters.
+
+    Only for ``values_list`` querysets of plain numbers and strings on the tick's
+    hot path, where the converters cost more than the query.
+    """
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def month_start(now: datetime, tz: str) -> datetime:
@@ -58,18 +90,20 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             state=node_state if reachable else "unreachable",
         )
     usable_health = Device.USABLE_HEALTH
-    for row in Device.objects.values_list(
-        "id",
-        "node_id",
-        "index",
-        "chip_model",
-        "topology_group",
-        "hbm_mb",
-        "ai_cores",
-        "ai_cpus",
-        "health",
-        "schedulable",
-    ).order_by("node_id", "index"):
+    for row in raw_rows(
+        Device.objects.values_list(
+            "id",
+            "node_id",
+            "index",
+            "chip_model",
+            "topology_group",
+            "hbm_mb",
+            "ai_cores",
+            "ai_cpus",
+            "health",
+            "schedulable",
+        ).order_by("node_id", "index")
+    ):
         dev_id, node_id, index, chip, group, hbm, cores, cpus, health, schedulable = row
         node = nodes_by_id[node_id]
         node.devices.append(
@@ -82,7 +116,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
                 hbm_mb=hbm,
                 ai_cores=cores,
                 ai_cpus=cpus,
-                usable=schedulable and health in usable_health and node.schedulable,
+                usable=bool(schedulable) and health in usable_health and node.schedulable,
                 health=health,
             )
         )
@@ -100,15 +134,21 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
         state.template_ids[(chip, name)] = tid
 
     slots_by_job: dict[int, list[Slot]] = defaultdict(list)
-    for job_id, device_id, tid in Allocation.objects.filter(end__isnull=True).values_list(
-        "job_id", "device_id", "vnpu_template_id"
+    for job_id, device_id, tid in raw_rows(
+        Allocation.objects.filter(end__isnull=True).values_list("job_id", "device_id", "vnpu_template_id")
     ):
         slots_by_job[job_id].append(Slot(device_id, template_names.get(tid) if tid else None))
 
     pending: list[JobState] = []
     running: list[JobState] = []
-    for row in (
+    rows = (
         Job.objects.filter(state__in=[Job.State.PENDING, Job.State.RUNNING])
+        .annotate(
+            sub_ts=epoch("submitted_at"),
+            start_ts=epoch("started_at"),
+            dl_ts=epoch("preempt_deadline"),
+            est_ts=epoch("estimated_start"),
+        )
         .values_list(
             "id",
             "team__name",
@@ -117,57 +157,44 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "num_devices",
             "vnpu_template_id",
             "chip_model",
-            "submitted_at",
+            "sub_ts",
             "estimated_duration_s",
             "max_duration_s",
-            "started_at",
-            "preempt_deadline",
+            "start_ts",
+            "dl_ts",
             "state",
             "pending_reason",
             "pending_detail",
-            "estimated_start",
+            "est_ts",
         )
         .order_by("id")
-    ):
-        (
+    )
+    running_state = Job.State.RUNNING
+    for (job_id, team, user, pclass, ndev, tid, chip, submitted, est, max_s, started, deadline,
+         job_state, reason, detail, est_start) in raw_rows(rows):  # fmt: skip
+        # Positional on purpose: this loop runs once per queued job on every tick.
+        job = JobState(
             job_id,
             team,
             user,
             pclass,
             ndev,
-            tid,
-            chip,
             submitted,
-            est,
-            max_s,
+            float(est),
+            template_names.get(tid) if tid else None,
+            chip or None,
+            float(max_s) if max_s else None,
             started,
+            (),
             deadline,
-            job_state,
-            reason,
-            detail,
-            est_start,
-        ) = row
-        job = JobState(
-            id=job_id,
-            team=team,
-            user=user,
-            priority_class=pclass,
-            num_devices=ndev,
-            submitted_at=submitted.timestamp(),
-            estimated_duration_s=float(est),
-            vnpu_template=template_names.get(tid) if tid else None,
-            chip_model=chip or None,
-            max_duration_s=float(max_s) if max_s else None,
-            started_at=_ts(started),
-            preempt_deadline=_ts(deadline),
         )
-        if job_state == Job.State.RUNNING:
+        if job_state == running_state:
             job.slots = tuple(slots_by_job.get(job_id, ()))
             running.append(job)
             state.running[job_id] = job
         else:
             pending.append(job)
-            state.waiting[job_id] = (reason, detail, est_start)
+            state.waiting[job_id] = (reason, detail, round(est_start) if est_start is not None else None)
 
     usage, month_hours = _usage(now, policy)
     snapshot = Snapshot(
@@ -199,11 +226,12 @@ def _usage(now: datetime, policy: Policy) -> tuple[dict[tuple[str, str], float],
     usage: dict[tuple[str, str], float] = defaultdict(float)
     month: dict[str, float] = defaultdict(float)
     rows = Allocation.objects.filter(Q(end__isnull=True) | Q(end__gte=datetime.fromtimestamp(oldest, tz=now.tzinfo)))
-    for team, user, share, start, end in rows.values_list(
-        "job__team__name", "job__submitter__username", "device_share", "start", "end"
+    for team, user, share, s, end in raw_rows(
+        rows.annotate(s_ts=epoch("start"), e_ts=epoch("end")).values_list(
+            "job__team__name", "job__submitter__username", "device_share", "s_ts", "e_ts"
+        )
     ):
-        s = start.timestamp()
-        e = min(end.timestamp(), now_ts) if end is not None else now_ts
+        e = min(end, now_ts) if end is not None else now_ts
         if e <= s:
             continue
         if decay_k:

@@ -107,6 +107,23 @@ def _dispatch(started: list[int], evicted: list[int]) -> None:
         log.warning("could not queue agent calls; the agent poll will retry", exc_info=True)
 
 
+def adapt(value: datetime | None) -> object:
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _write_waits(rows: list[tuple[str, str, object, int]]) -> None:
+    """Many small updates in one round of ``executemany``.
+
+    ``bulk_update`` builds one CASE expression per column and batch, which
+    PostgreSQL plans slowly once thousands of jobs change reason at once (the
+    first tick after a restart); a prepared UPDATE repeated per row is linear.
+    """
+    table = Job._meta.db_table
+    sql = f"UPDATE {table} SET pending_reason = %s, pending_detail = %s, estimated_start = %s WHERE id = %s"
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
 def _persist(
     snapshot: Snapshot, loaded: LoadedState, decisions: Decisions, version: int | None, result: TickResult
 ) -> None:
@@ -206,21 +223,17 @@ def _persist(
         result.preempted.append(pre.job_id)
 
     # Waiting reasons: write only the ones that changed, so a quiet tick writes nothing.
-    changed: list[Job] = []
+    changed: list[tuple[str, str, object, int]] = []
     for job_id, wait in decisions.waiting.items():
         old = loaded.waiting.get(job_id)
         if old is None:
             continue
-        est = _dt(wait.estimated_start)
-        if est is not None:
-            est = est.replace(microsecond=0)
-        old_est = old[2].replace(microsecond=0) if old[2] is not None else None
-        if (old[0], old[1], old_est) != (wait.reason, wait.detail[:300], est):
-            changed.append(
-                Job(id=job_id, pending_reason=wait.reason, pending_detail=wait.detail[:300], estimated_start=est)
-            )
+        est = round(wait.estimated_start) if wait.estimated_start is not None else None
+        detail = wait.detail[:300]
+        if (old[0], old[1], old[2]) != (wait.reason, detail, est):
+            changed.append((wait.reason, detail, adapt(_dt(est)), job_id))
     if changed:
-        Job.objects.bulk_update(changed, ["pending_reason", "pending_detail", "estimated_start"], batch_size=1000)
+        _write_waits(changed)
     result.waiting = len(decisions.waiting)
     if events:
         JobEvent.objects.bulk_create(events)
