@@ -14,10 +14,12 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import F, FloatField, Func, Q, QuerySet
 
 from devices.models import Device, Node, VnpuTemplate
+from quotas.models import Team
 from scheduling.engine.policy import Policy
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, Snapshot
 from scheduling.engine.snapshot import VnpuTemplate as EngineTemplate
@@ -225,6 +227,8 @@ def _usage(now: datetime, policy: Policy) -> tuple[dict[tuple[str, str], float],
     since_ts = since.timestamp()
     usage: dict[tuple[str, str], float] = defaultdict(float)
     month: dict[str, float] = defaultdict(float)
+    if connection.vendor == "postgresql" and decay_k:
+        return _usage_postgres(now_ts, decay_k, since_ts, oldest)
     rows = Allocation.objects.filter(Q(end__isnull=True) | Q(end__gte=datetime.fromtimestamp(oldest, tz=now.tzinfo)))
     for team, user, share, s, end in raw_rows(
         rows.annotate(s_ts=epoch("start"), e_ts=epoch("end")).values_list(
@@ -243,3 +247,31 @@ def _usage(now: datetime, policy: Policy) -> tuple[dict[tuple[str, str], float],
         if e > since_ts:
             month[team] += share * (e - max(s, since_ts)) / 3600.0
     return dict(usage), dict(month)
+
+
+def _usage_postgres(now_ts: float, decay_k: float, since_ts: float, oldest: float) -> tuple[dict, dict]:
+    """The same sums as :func:`_usage`, aggregated by PostgreSQL: one row per (team, user) comes back."""
+    sql = f"""
+        WITH spans AS (
+            SELECT t.name AS team, u.{get_user_model().USERNAME_FIELD} AS username, a.device_share AS share,
+                   EXTRACT(EPOCH FROM a.start)::float8 AS s,
+                   LEAST(COALESCE(EXTRACT(EPOCH FROM a."end")::float8, %(now)s), %(now)s) AS e
+            FROM {Allocation._meta.db_table} a
+            JOIN {Job._meta.db_table} j ON j.id = a.job_id
+            JOIN {Team._meta.db_table} t ON t.id = j.team_id
+            JOIN {get_user_model()._meta.db_table} u ON u.id = j.submitter_id
+            WHERE a."end" IS NULL OR a."end" >= to_timestamp(%(oldest)s)
+        )
+        SELECT team, username,
+               SUM(share * (EXP(-%(k)s * (%(now)s - e)) - EXP(-%(k)s * (%(now)s - s))) / %(k)s / 3600.0),
+               SUM(share * GREATEST(0, e - GREATEST(s, %(since)s)) / 3600.0)
+        FROM spans WHERE e > s GROUP BY team, username
+    """
+    usage: dict[tuple[str, str], float] = {}
+    month: dict[str, float] = defaultdict(float)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now_ts, "k": decay_k, "since": since_ts, "oldest": oldest})
+        for team, user, decayed, month_hours in cursor.fetchall():
+            usage[(team, user)] = decayed
+            month[team] += month_hours
+    return usage, dict(month)
