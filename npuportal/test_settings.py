@@ -14,7 +14,8 @@ from npuportal.settings import DATABASES
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so tests that run two processes or threads share one database.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+    # One file per test run (by process id), so parallel runs on one machine never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}  # noqa: F405
 AGENT_TIMEOUT_S = 2.0
 AGENT_MISSED_POLLS = 2
 HEALTH_REJOIN_POLLS = 2
