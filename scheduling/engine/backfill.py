@@ -1,0 +1,165 @@
+"""EASY backfill: when a blocked job can start, and what may run before it.
+
+For the highest-priority job that finds no room on a chip model (the pool),
+:func:`shadow` replays the running jobs' expected ends (start + estimated
+duration; the max duration when the estimate is overrun; a leaving job's grace
+deadline) in time order on a copy of the pool's free state, until the job fits
+under the placement rules. That time is the *shadow time*, reported as the
+job's estimated start, and the cards it would take then are held for it.
+
+With ``policy.backfill`` on, a lower job may still start now if it does not
+touch the held cards, or if it ends (by its estimate) before the shadow time;
+such starts are marked ``Start.backfilled``. With backfill off, nothing lower
+starts in that pool: those jobs wait with ``Priority``. Either way only the
+first blocked job per pool gets a hold, like Slurm's EASY scheme; later blocked
+jobs report ``Resources`` without an estimate.
+
+Cards promised to jobs in their preemption grace count as busy until that job
+would end (deadline + its estimate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduling.engine.capacity import Chip, ClusterState, Pool
+from scheduling.engine.placement import Need, best_group, lowest_bits
+
+
+@dataclass(slots=True)
+class Hold:
+    """Cards held for the blocked job of one pool until its shadow time."""
+
+    chip: str
+    job_id: int
+    shadow: float
+    #: ``(pool, card mask)`` of held cards that are free now (taken out of the free state).
+    free_now: list[tuple[Pool, int]]
+    devices: frozenset[int]
+
+
+@dataclass(slots=True)
+class Release:
+    """Cards that come free at ``at`` (a running job's expected end)."""
+
+    at: float
+    cards: list[tuple[Pool, int, int, int, int, bool]]  # pool, index, cores, mem, cpus, whole
+    occupant: object = None
+
+
+def shadow(
+    state: ClusterState,
+    need: Need,
+    chip_name: str,
+    releases: Iterable[Release],
+) -> tuple[float, list[int]] | None:
+    """``(shadow time, device ids)`` of the first moment ``need`` fits, or ``None`` if never.
+
+    ``releases`` must be in time order. Only the pools of ``chip_name`` are copied.
+    """
+    chip = state.chips[chip_name]
+    free = {pool: pool.free for pool in chip.pools}
+    used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus, slices/whole count
+    # A card is free once all its occupants have ended: count them down.
+    holders: dict[tuple[Pool, int], int] = {}
+    card_jobs = state.card_jobs
+    release_list = releases
+    tmpl = need.templates.get(chip_name) if need.template else None
+    multi = tmpl is None and need.whole > chip.size
+    full_mask = (1 << chip.size) - 1
+    full: list[Pool] = [p for p in chip.pools if p.size == chip.size and free[p] == full_mask] if multi else []
+    want = need.whole // chip.size if multi else 0
+    for rel in release_list:
+        touched: list[Pool] = []
+        for pool, i, cores, mem, cpus, whole in rel.cards:
+            if pool.chip != chip_name:
+                continue
+            key = (pool, i)
+            left = holders.get(key)
+            if left is None:
+                left = len(card_jobs.get(pool.devs[i].id, ()))
+            holders[key] = left = left - 1
+            if tmpl is not None and not whole:
+                u = used.get(key)
+                if u is None:
+                    u = used[key] = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
+                u[0] -= cores
+                u[1] -= mem
+                u[2] -= cpus
+            if left <= 0 and pool.usable >> i & 1:
+                free[pool] |= 1 << i
+                used[key] = [0, 0, 0]
+            touched.append(pool)
+        if not touched:
+            continue
+        if multi:
+            for pool in touched:
+                if free[pool] == full_mask and pool.size == chip.size and pool not in full:
+                    full.append(pool)
+            if len(full) >= want:
+                return rel.at, [p.devs[i].id for p in full[:want] for i in range(p.size)]
+            continue
+        found = _fits(chip, need, tmpl, free, used, touched, holders, card_jobs)
+        if found is not None:
+            return rel.at, found
+    return None
+
+
+def _fits(
+    chip: Chip,
+    need: Need,
+    tmpl: object,
+    free: dict[Pool, int],
+    used: dict[tuple[Pool, int], list[int]],
+    touched: list[Pool],
+    holders: dict[tuple[Pool, int], int],
+    card_jobs: dict[int, list[int]],
+) -> list[int] | None:
+    n = need.whole
+    if tmpl is not None:
+        from scheduling.engine.snapshot import VnpuTemplate
+
+        assert isinstance(tmpl, VnpuTemplate)
+        for pool in touched:
+            for i, dev in enumerate(pool.devs):
+                if not pool.usable >> i & 1:
+                    continue
+                u = used.get((pool, i))
+                if u is None:
+                    if free[pool] >> i & 1:
+                        u = [0, 0, 0]
+                    elif pool.slices[i]:
+                        u = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
+                    else:
+                        continue
+                left = holders.get((pool, i))
+                if left is None:
+                    left = len(card_jobs.get(dev.id, ()))
+                whole_taken = left > 0 and not pool.slices[i]
+                if whole_taken:
+                    continue
+                if (
+                    dev.ai_cores - u[0] >= tmpl.ai_cores
+                    and dev.hbm_mb - u[1] >= tmpl.memory_mb
+                    and dev.ai_cpus - u[2] >= tmpl.ai_cpus
+                ):
+                    return [dev.id]
+        return None
+    for pool in touched:
+        mask = free[pool]
+        if n <= chip.gmax:
+            group = best_group(mask, pool.groups, n)
+            if group:
+                return [pool.devs[i].id for i in lowest_bits(group, n)]
+        else:
+            unit = chip.gmax
+            groups = [g for g in pool.groups if g.bit_count() == unit and mask & g == g]
+            if len(groups) >= n // unit:
+                return [pool.devs[i].id for g in groups[: n // unit] for i in lowest_bits(g, unit)]
+    return None
+
+
+def ends_before(now: float, duration: float, shadow_time: float) -> bool:
+    """Whether a job started now with this estimated duration ends by the shadow time."""
+    return duration > 0 and now + duration <= shadow_time

@@ -1,0 +1,306 @@
+"""Benchmark of the decision core alone: synthetic snapshots, timed ``decide``.
+
+``python -m scheduling.bench`` wraps :func:`bench_decide` with a database part;
+run this module directly for the core only::
+
+    python -m scheduling.engine.bench_core --pending 10000 --nodes 1000
+
+The synthetic cluster mixes the shapes the core must handle: 910B4 servers (one
+8-card group), 910A-class servers (two 4-card HCCS rings) and 310P3 servers
+with vNPU templates; a share of the cards is busy with running jobs of every
+size, a few are unhealthy; pending jobs of 8 teams in 3 classes ask for 1, 2,
+4, 8 and 16 cards or a vNPU slice. The policy uses guarantees, caps, a
+reservation and backfill, so every stage of the pipeline runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduling.engine.decide import decide
+from scheduling.engine.policy import (
+    DEVICES,
+    Ordering,
+    Policy,
+    PriorityClass,
+    Quota,
+    Reservation,
+    TeamPolicy,
+    chip_resource,
+)
+from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, Snapshot, VnpuTemplate
+
+#: Simulated "now" of every synthetic snapshot (a Monday 10:00 UTC).
+BENCH_NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+
+#: (chip model, share of nodes, topology groups per node, AI cores, HBM MB, AI CPUs)
+CHIP_MIX: tuple[tuple[str, float, int, int, int, int], ...] = (
+    ("910B4", 0.6, 1, 20, 32768, 7),
+    ("910A", 0.3, 2, 32, 32768, 14),
+    ("310P3", 0.1, 1, 8, 24576, 7),
+)
+
+TEMPLATES: dict[tuple[str, str], VnpuTemplate] = {
+    ("910B4", "vir05_1c_8g"): VnpuTemplate("910B4", "vir05_1c_8g", 8192, 5, 1),
+    ("910B4", "vir10_3c_16g"): VnpuTemplate("910B4", "vir10_3c_16g", 16384, 10, 3),
+    ("310P3", "vir02"): VnpuTemplate("310P3", "vir02", 6144, 2, 1),
+    ("310P3", "vir04"): VnpuTemplate("310P3", "vir04", 12288, 4, 2),
+}
+
+
+def bench_policy(teams: int = 8) -> Policy:
+    """A policy that exercises every stage: classes that preempt, guarantees, a reservation."""
+    classes = (
+        PriorityClass("urgent", 0, frozenset({"batch"}), preemptible=False),
+        PriorityClass("normal", 1, frozenset(), default=True),
+        PriorityClass("batch", 2),
+    )
+    team_policies = {}
+    for t in range(teams):
+        name = f"team{t}"
+        quota = Quota(
+            guaranteed={DEVICES: 64.0} if t < teams // 2 else {},
+            max={DEVICES: 2400.0, chip_resource("310P3"): 200.0},
+            max_concurrent_jobs=2000,
+            device_hours_per_month=None if t % 3 else 5_000_000.0,
+            max_job_duration_s=7 * 86400.0,
+            allowed_priority_classes=None if t % 4 else frozenset({"normal", "batch"}),
+        )
+        team_policies[name] = TeamPolicy(name, f"dept{t % 2}", 10.0 + t, quota)
+    defaults = TeamPolicy("*", None, 1.0, Quota())
+    return Policy(
+        name="bench",
+        timezone="UTC",
+        priority_classes=classes,
+        ordering=Ordering(weight_job_size=500.0),
+        placement_strategy="binpack",
+        backfill=True,
+        grace_period_s=300.0,
+        on_preempt="requeue",
+        reservations=(Reservation("urgent-floor", 0.05, None, frozenset({"urgent"})),),
+        departments={"dept0": 60.0, "dept1": 40.0},
+        teams=team_policies,
+        defaults=defaults,
+    )
+
+
+def make_synthetic_snapshot(
+    pending: int = 10000,
+    nodes: int = 1000,
+    devices_per_node: int = 8,
+    busy: float = 0.7,
+    teams: int = 8,
+    seed: int = 0,
+) -> Snapshot:
+    """A reproducible snapshot of ``nodes`` servers with ``busy`` of their cards taken."""
+    rng = random.Random(seed)
+    now = BENCH_NOW.timestamp()
+    node_states: list[NodeState] = []
+    device_id = 0
+    chips_of_node: list[str] = []
+    for n in range(nodes):
+        r = (n + 0.5) / nodes
+        acc = 0.0
+        spec = CHIP_MIX[-1]
+        for entry in CHIP_MIX:
+            acc += entry[1]
+            if r <= acc:
+                spec = entry
+                break
+        chip, _, groups, cores, hbm, cpus = spec
+        per_group = max(devices_per_node // groups, 1)
+        devs = []
+        for i in range(devices_per_node):
+            device_id += 1
+            healthy = rng.random() > 0.002
+            devs.append(
+                DeviceState(
+                    id=device_id,
+                    node=f"node{n:04d}",
+                    index=i,
+                    chip_model=chip,
+                    topology_group=f"node{n:04d}/g{i // per_group}",
+                    hbm_mb=hbm,
+                    ai_cores=cores,
+                    ai_cpus=cpus,
+                    usable=healthy,
+                    health="healthy" if healthy else "unhealthy",
+                )
+            )
+        node_states.append(NodeState(f"node{n:04d}", devs, schedulable=rng.random() > 0.003))
+        chips_of_node.append(chip)
+
+    team_names = [f"team{t}" for t in range(teams)]
+    classes = ("urgent", "normal", "batch")
+    running: list[JobState] = []
+    job_id = 0
+    target = busy * nodes * devices_per_node
+    taken = 0
+    for node, chip in zip(node_states, chips_of_node, strict=True):
+        free = [d for d in node.devices]
+        rng.shuffle(free)
+        quota = round(busy * devices_per_node + rng.uniform(-2, 2))
+        while free and quota > 0 and taken < target:
+            size = min(rng.choice((1, 1, 2, 4, 8)), quota, len(free))
+            if chip == "310P3" and rng.random() < 0.4:
+                dev = free.pop()
+                names = [k for k in TEMPLATES if k[0] == chip]
+                slots: tuple[Slot, ...] = tuple(Slot(dev.id, rng.choice(names)[1]) for _ in range(rng.randint(1, 2)))
+                size = 1
+            else:
+                devs = [free.pop() for _ in range(size)]
+                slots = tuple(Slot(d.id) for d in devs)
+            for slot in slots:
+                job_id += 1
+                started = now - rng.uniform(60, 86400)
+                running.append(
+                    JobState(
+                        id=job_id,
+                        team=rng.choice(team_names),
+                        user=f"u{rng.randint(0, 5)}",
+                        priority_class=rng.choice(classes),
+                        num_devices=1 if slot.vnpu_template else size,
+                        submitted_at=started - rng.uniform(0, 3600),
+                        estimated_duration_s=rng.uniform(600, 2 * 86400),
+                        max_duration_s=3 * 86400.0,
+                        started_at=started,
+                        slots=(slot,) if slot.vnpu_template else slots,
+                        vnpu_template=slot.vnpu_template,
+                    )
+                )
+                if not slot.vnpu_template:
+                    break
+            taken += size
+            quota -= size
+
+    pending_jobs: list[JobState] = []
+    for _ in range(pending):
+        job_id += 1
+        roll = rng.random()
+        template = None
+        chip_model: str | None = None
+        if roll < 0.08:
+            chip_model, template = rng.choice(list(TEMPLATES))
+            size = 1
+        else:
+            size = rng.choice((1, 1, 1, 2, 2, 4, 4, 8, 8, 16))
+            chip_model = rng.choice((None, "910B4", "910B4", "910A"))
+        pending_jobs.append(
+            JobState(
+                id=job_id,
+                team=rng.choice(team_names),
+                user=f"u{rng.randint(0, 9)}",
+                priority_class=rng.choices(classes, weights=(1, 6, 3))[0],
+                num_devices=size,
+                submitted_at=now - rng.uniform(0, 3 * 86400),
+                estimated_duration_s=rng.uniform(300, 86400),
+                max_duration_s=rng.choice((None, 86400.0, 2 * 86400.0)),
+                vnpu_template=template,
+                chip_model=chip_model,
+            )
+        )
+    usage = {(t, f"u{u}"): rng.uniform(0, 5000) for t in team_names for u in range(10)}
+    month = {t: rng.uniform(0, 100000) for t in team_names}
+    return Snapshot(
+        now=BENCH_NOW,
+        policy=bench_policy(teams),
+        nodes=node_states,
+        pending=pending_jobs,
+        running=running,
+        templates=dict(TEMPLATES),
+        usage=usage,
+        month_device_hours=month,
+    )
+
+
+def time_decide(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
+    """Median/max/min of ``ticks`` timed calls (after one untimed warm-up) in ms."""
+    first0 = time.perf_counter()
+    decisions = decide(snapshot)
+    first = (time.perf_counter() - first0) * 1000
+    times = []
+    for _ in range(ticks):
+        t0 = time.perf_counter()
+        decide(snapshot)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {
+        "first_ms": first,
+        "median_ms": statistics.median(times),
+        "max_ms": max(times),
+        "min_ms": min(times),
+        "starts": float(len(decisions.starts)),
+        "preemptions": float(len(decisions.preemptions)),
+        "waiting": float(len(decisions.waiting)),
+    }
+
+
+def bench_decide(
+    pending: int = 10000,
+    nodes: int = 1000,
+    devices_per_node: int = 8,
+    busy: float = 0.7,
+    teams: int = 8,
+    seed: int = 0,
+    ticks: int = 7,
+    growth: tuple[int, ...] = (1000, 10000, 100000),
+) -> dict[str, Any]:
+    """Time ``decide`` on the synthetic cluster; ``growth`` repeats it per pending count.
+
+    Returns ``{"pending", "devices", "median_ms", "max_ms", "first_ms", ...,
+    "growth": [{"pending": n, "median_ms": ..., "max_ms": ..., "ms_per_1k": ...}]}``.
+    ``first_ms`` is a cold tick (no reason objects from a previous tick to reuse).
+    """
+    snap = make_synthetic_snapshot(pending, nodes, devices_per_node, busy, teams, seed)
+    result: dict[str, Any] = {
+        "pending": pending,
+        "devices": nodes * devices_per_node,
+        "running": len(snap.running),
+        **time_decide(snap, ticks),
+    }
+    rows = []
+    for n in growth:
+        snap_n = make_synthetic_snapshot(n, nodes, devices_per_node, busy, teams, seed)
+        timing = time_decide(snap_n, max(3, ticks if n <= 20000 else 3))
+        rows.append(
+            {
+                "pending": n,
+                "median_ms": timing["median_ms"],
+                "max_ms": timing["max_ms"],
+                "first_ms": timing["first_ms"],
+                "ms_per_1k": timing["median_ms"] / (n / 1000),
+            }
+        )
+    result["growth"] = rows
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pending", type=int, default=10000)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--devices-per-node", type=int, default=8)
+    parser.add_argument("--busy", type=float, default=0.7)
+    parser.add_argument("--ticks", type=int, default=7)
+    parser.add_argument("--growth", default="1000,10000,100000")
+    args = parser.parse_args(argv)
+    growth = tuple(int(x) for x in args.growth.split(",") if x)
+    res = bench_decide(args.pending, args.nodes, args.devices_per_node, args.busy, ticks=args.ticks, growth=growth)
+    print(
+        f"decide: {res['pending']} pending, {res['devices']} devices, {res['running']} running: "
+        f"median {res['median_ms']:.1f} ms, max {res['max_ms']:.1f} ms, cold {res['first_ms']:.1f} ms "
+        f"({res['starts']:.0f} starts, {res['preemptions']:.0f} preemptions)"
+    )
+    for row in res["growth"]:
+        print(
+            f"  {row['pending']:>7} pending: median {row['median_ms']:8.1f} ms  max {row['max_ms']:8.1f} ms"
+            f"  cold {row['first_ms']:8.1f} ms  ({row['ms_per_1k']:.2f} ms per 1k)"
+        )
+
+
+if __name__ == "__main__":
+    main()

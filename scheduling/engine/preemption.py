@@ -1,0 +1,476 @@
+"""Making room: guarantee reclaim and class preemption.
+
+Runs for a job that passed admission but found no free cards. Who may be a
+victim (a running job, not already leaving, not started in this tick):
+
+* **guarantee reclaim** — the job's team stays within its guarantee on the
+  chip model with this job, and the victim's team holds more than its own
+  guarantee there (it is *borrowing*; a team with no guarantee borrows all
+  it holds). Checked victim by victim as victims are picked, Kueue style, so
+  a borrower is never cut below its guarantee by more than one job;
+* **class preemption** — the victim's class is listed in the job's class
+  ``preempts``, is preemptible and ranks lower; and a team within its
+  guarantee is never preempted for a team above its own.
+
+In both cases the victim's class must be preemptible (``preemptible: false``
+means never).
+
+Choosing victims (least work lost): candidates are ranked lowest class first,
+then shortest run so far, then id. They are removed in that order until the job
+fits on the cards that would then be free — same node/ring rules as placement
+(:mod:`placement`), with cards of jobs that are already leaving (their
+``preempt_deadline`` is set) counted as free at their deadline — and then every
+victim the chosen place does not need is put back, last picked first, so no
+more victims than needed are asked to leave. Cards promised to one waiting job
+in this tick are not counted again for another.
+
+The victims get ``grace_deadline = now + policy.grace_period_s``; the waiting
+job gets ``PreemptionGrace`` with its estimated start at the latest deadline of
+the jobs leaving its cards. What happens to a victim after its deadline
+(requeue or cancel) is the DB layer's business (``policy.on_preempt``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from scheduling.engine import reasons
+from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
+from scheduling.engine.placement import Need, best_group, lowest_bits
+from scheduling.engine.policy import Policy
+from scheduling.engine.quota import TeamLedger
+from scheduling.engine.snapshot import JobState, VnpuTemplate
+
+#: Victim searches per tick. Like Kueue, which plans preemption for one queue
+#: head per queue per cycle, a tick makes room for a bounded number of jobs; the
+#: rest wait (``Resources``) and get their search on a later tick, by which time
+#: the first victims are leaving and their cards are counted. Bounds the tick's
+#: cost when thousands of waiting jobs could preempt.
+MAX_SEARCHES_PER_TICK = 8
+
+
+@dataclass(slots=True)
+class Plan:
+    """Room found for one waiting job."""
+
+    chip: str
+    victims: list[tuple[Occupant, str]]  # (victim, preemption reason)
+    #: Device ids the job will get once the leaving jobs are gone.
+    devices: list[int]
+    #: When the last job leaving those cards is gone.
+    start_at: float
+
+
+@dataclass(slots=True)
+class _Try:
+    """Victims picked so far for one pool (or card), and per-team units released."""
+
+    victims: list[Occupant] = field(default_factory=list)
+    released: dict[str, float] = field(default_factory=dict)
+    extra: set[int] = field(default_factory=set)
+    #: Cards of the pool free once the leaving jobs and ``victims`` are gone.
+    mask: int = 0
+
+
+class Preemptor:
+    """Victim search for one tick; remembers what this tick already promised."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        state: ClusterState,
+        ledgers: Mapping[str, TeamLedger],
+        now: float,
+    ) -> None:
+        self.state = state
+        self.ledgers = ledgers
+        self.now = now
+        self.grace = policy.grace_period_s
+        self.rank = {pc.name: pc.rank for pc in policy.priority_classes}
+        self.lowest = len(policy.priority_classes)
+        self.preemptible = {pc.name for pc in policy.priority_classes if pc.preemptible}
+        self.victim_classes: dict[str, frozenset[str]] = {
+            pc.name: frozenset(
+                name for name in pc.preempts if name in self.preemptible and self.rank.get(name, self.lowest) > pc.rank
+            )
+            for pc in policy.priority_classes
+        }
+        #: Jobs that will be gone: already leaving, or picked as victims this tick.
+        self.gone: set[int] = {jid for jid, occ in state.occupants.items() if occ.leaving is not None}
+        #: Units per team that are leaving (counted as already given back).
+        self.leaving_units: dict[str, float] = {}
+        for occ in state.occupants.values():
+            if occ.leaving is not None:
+                team = occ.job.team
+                self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
+        #: Jobs already leaving, per chip model (their cards come free at the deadline).
+        self.leaving_on: dict[str, list[Occupant]] = {}
+        for occ in state.occupants.values():
+            if occ.leaving is not None:
+                self.leaving_on.setdefault(occ.chip, []).append(occ)
+        #: Cards promised to a waiting job this tick.
+        self.claimed: set[int] = set()
+        self._ranked: dict[str, list[Occupant]] = {}
+        self._failed: dict[tuple, int] = {}
+        self.version = 0
+        self._unlimited = True
+        #: Victim searches run / refused this tick (see ``MAX_SEARCHES_PER_TICK``).
+        self.searches = 0
+        self.skipped = 0
+
+    # -- public ----------------------------------------------------------------
+
+    def can_try(self, job: JobState, need: Need, chips: list[str]) -> bool:
+        """Cheap test: could this job possibly make room (class rights, guarantee or leavers)?"""
+        if self.victim_classes.get(job.priority_class):
+            return True
+        ledger = self.ledgers[job.team]
+        return any(ledger.within_guarantee(c, need.units[c]) for c in chips)
+
+    def plan(self, job: JobState, need: Need, chips: list[str], headroom: Mapping[str, float]) -> Plan | None:
+        """Victims (maybe none, when leaving jobs suffice) that make room for ``job``, or ``None``."""
+        ledger = self.ledgers[job.team]
+        victim_classes = self.victim_classes.get(job.priority_class, frozenset())
+        for chip_name in chips:
+            units = need.units[chip_name]
+            within = ledger.within_guarantee(chip_name, units)
+            key = (job.priority_class, within, job.team if within else "", chip_name, need.whole, need.template)
+            if self._failed.get(key) == self.version:
+                continue
+            if self.searches >= MAX_SEARCHES_PER_TICK:
+                self.skipped += 1
+                return None
+            self.searches += 1
+            room = headroom.get(chip_name, math.inf)
+            self._unlimited = room == math.inf
+            plan = self._plan_chip(job, need, chip_name, units, within, victim_classes, room)
+            if plan is not None:
+                return plan
+            self._failed[key] = self.version
+        return None
+
+    def commit(self, plan: Plan) -> None:
+        """Record a plan: its victims are leaving, its cards are promised."""
+        deadline = self.now + self.grace
+        for occ, _ in plan.victims:
+            occ.leaving = deadline
+            self.gone.add(occ.job.id)
+            team = occ.job.team
+            self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
+            self.leaving_on.setdefault(occ.chip, []).append(occ)
+        self.claimed.update(plan.devices)
+
+    # -- search --------------------------------------------------------------------
+
+    def _ranked_on(self, chip: str) -> list[Occupant]:
+        """Running jobs on ``chip``, cheapest victim first (lowest class, shortest run)."""
+        ranked = self._ranked.get(chip)
+        if ranked is None:
+            now = self.now
+            lowest = self.lowest
+            rank = self.rank
+            ranked = [
+                occ
+                for occ in self.state.occupants.values()
+                if occ.chip == chip and occ.job.started_at is not None and occ.cards
+            ]
+            ranked.sort(
+                key=lambda o: (
+                    -rank.get(o.job.priority_class, lowest),
+                    now - (o.job.started_at or now),
+                    o.job.id,
+                )
+            )
+            self._ranked[chip] = ranked
+        return ranked
+
+    def _eligible(
+        self,
+        occ: Occupant,
+        job: JobState,
+        within: bool,
+        victim_classes: frozenset[str],
+        released: Mapping[str, float],
+    ) -> str | None:
+        """Preemption reason if ``occ`` may be a victim for ``job`` now, else ``None``."""
+        victim = occ.job
+        if victim.id in self.gone or victim.priority_class not in self.preemptible:
+            return None
+        team = victim.team
+        ledger = self.ledgers.get(team)
+        gone_units = self.leaving_units.get(team, 0.0) + released.get(team, 0.0)
+        borrowing = ledger is not None and ledger.borrowing(occ.chip, gone_units)
+        if within and team != job.team and borrowing:
+            return reasons.GUARANTEE_RECLAIM
+        if victim.priority_class in victim_classes and (borrowing or within):
+            return reasons.CLASS_PREEMPTION
+        return None
+
+    def _plan_chip(
+        self,
+        job: JobState,
+        need: Need,
+        chip_name: str,
+        units: float,
+        within: bool,
+        victim_classes: frozenset[str],
+        headroom: float,
+    ) -> Plan | None:
+        state = self.state
+        chip = state.chips[chip_name]
+        tmpl = need.templates.get(chip_name) if need.template else None
+        tries: dict[object, _Try] = {}
+        checker = _Checker(self, chip, need.whole, tmpl)
+        if checker.multi:
+            return self._plan_multi(job, chip_name, units, within, victim_classes, headroom, checker)
+        # Leaving jobs alone may already be enough.
+        for occ in self.leaving_on.get(chip_name, ()):
+            for spot in checker.spots(occ):
+                found = checker.fits(spot, ())
+                if found is not None and headroom + self._freed(found[1], ()) >= units:
+                    return self._plan(chip_name, [], found)
+        slices = tmpl is not None
+        for occ in self._ranked_on(chip_name):
+            if occ.job.id in self.gone:
+                continue
+            for spot in checker.spots(occ):
+                attempt = tries.get(spot)
+                if attempt is None:
+                    attempt = tries[spot] = _Try()
+                    if not slices:
+                        assert isinstance(spot, Pool)
+                        attempt.mask = checker.mask(spot, attempt.extra)
+                reason = self._eligible(occ, job, within, victim_classes, attempt.released)
+                if reason is None:
+                    continue
+                attempt.victims.append(occ)
+                attempt.extra.add(occ.job.id)
+                team = occ.job.team
+                attempt.released[team] = attempt.released.get(team, 0.0) + occ.units
+                if slices:
+                    found = checker.fits(spot, attempt.victims)
+                else:
+                    assert isinstance(spot, Pool)
+                    attempt.mask = checker.grow(spot, attempt.mask, occ, attempt.extra)
+                    found = checker.fits_mask(spot, attempt.mask)
+                if found is None or headroom + self._freed(found[1], attempt.victims) < units:
+                    continue
+                # Put back every victim the chosen place does not need, last picked first.
+                kept = list(attempt.victims)
+                for extra in reversed(attempt.victims):
+                    trial = [v for v in kept if v is not extra]
+                    again = checker.fits(spot, trial)
+                    if again is not None and headroom + self._freed(again[1], trial) >= units:
+                        kept, found = trial, again
+                victims = [
+                    (v, self._eligible(v, job, within, victim_classes, {}) or reasons.CLASS_PREEMPTION) for v in kept
+                ]
+                return self._plan(chip_name, victims, found)
+        return None
+
+    def _plan_multi(
+        self,
+        job: JobState,
+        chip_name: str,
+        units: float,
+        within: bool,
+        victim_classes: frozenset[str],
+        headroom: float,
+        checker: _Checker,
+    ) -> Plan | None:
+        """Whole nodes for a multi-node gang: clear the cheapest pools until enough are free."""
+        chip = checker.chip
+        want = checker.whole // chip.size
+        full_mask = (1 << chip.size) - 1
+        victims: list[Occupant] = []
+        released: dict[str, float] = {}
+        full: list[Pool] = []
+        seen: set[Pool] = set()
+
+        def check(pool: Pool, extra: set[int]) -> None:
+            if pool not in seen and pool.size == chip.size and checker.mask(pool, extra) == full_mask:
+                seen.add(pool)
+                full.append(pool)
+
+        def done() -> Plan | None:
+            chosen = full[:want]
+            devices = [p.devs[i].id for p in chosen for i in range(p.size)]
+            kept = [v for v in victims if any(p in chosen for p, _, _ in v.cards)]
+            if headroom + self._freed(devices, kept) < units:
+                return None
+            return self._plan(
+                chip_name,
+                [(v, self._eligible(v, job, within, victim_classes, {}) or reasons.CLASS_PREEMPTION) for v in kept],
+                (None, devices),
+            )
+
+        for pool in chip.buckets[chip.full_key]:
+            check(pool, set())
+        for occ in self.leaving_on.get(chip_name, ()):
+            for pool, _, _ in occ.cards:
+                check(pool, set())
+        if len(full) >= want:
+            plan = done()
+            if plan is not None:
+                return plan
+        extra: set[int] = set()
+        for occ in self._ranked_on(chip_name):
+            if occ.job.id in self.gone:
+                continue
+            reason = self._eligible(occ, job, within, victim_classes, released)
+            if reason is None:
+                continue
+            victims.append(occ)
+            extra.add(occ.job.id)
+            released[occ.job.team] = released.get(occ.job.team, 0.0) + occ.units
+            for pool, _, _ in occ.cards:
+                check(pool, extra)
+            if len(full) >= want:
+                plan = done()
+                if plan is not None:
+                    return plan
+        return None
+
+    def _freed(self, devices: list[int], victims: Iterable[Occupant]) -> float:
+        """Units that come free for the reservation headroom: the victims' and leavers' on the cards used."""
+        if self._unlimited:
+            return 0.0
+        freed = sum(v.usable_units for v in victims)
+        seen = {v.job.id for v in victims}
+        for dev in devices:
+            for jid in self.state.card_jobs.get(dev, ()):
+                occ = self.state.occupants.get(jid)
+                if jid not in seen and occ is not None and occ.leaving is not None:
+                    seen.add(jid)
+                    freed += occ.usable_units
+        return freed
+
+    def _plan(self, chip: str, victims: list[tuple[Occupant, str]], found: tuple[object, list[int]]) -> Plan:
+        devices = found[1]
+        deadline = self.now + self.grace
+        start = self.now
+        victim_ids = {v.job.id for v, _ in victims}
+        card_jobs = self.state.card_jobs
+        occupants = self.state.occupants
+        for dev in devices:
+            for jid in card_jobs.get(dev, ()):
+                occ = occupants.get(jid)
+                if occ is None:
+                    continue
+                if jid in victim_ids:
+                    start = max(start, deadline)
+                elif occ.leaving is not None:
+                    start = max(start, occ.leaving)
+        return Plan(chip, victims, devices, start)
+
+
+class _Checker:
+    """Does the job fit on one pool (or card) once some jobs are gone?"""
+
+    def __init__(self, owner: Preemptor, chip: Chip, whole: int, tmpl: VnpuTemplate | None) -> None:
+        self.owner = owner
+        self.state = owner.state
+        self.chip = chip
+        self.whole = whole
+        self.tmpl = tmpl
+        self.multi = tmpl is None and whole > chip.size
+
+    def spots(self, occ: Occupant) -> list[object]:
+        """Where removing ``occ`` can help: its pools (whole cards) or its cards (slices)."""
+        if self.tmpl is not None:
+            return [(pool, i) for pool, i, _ in occ.cards]
+        seen: list[object] = []
+        for pool, _, _ in occ.cards:
+            if pool not in seen:
+                seen.append(pool)
+        return seen
+
+    def _card_free(self, pool: Pool, i: int, gone: set[int], extra: set[int]) -> bool:
+        bit = 1 << i
+        if pool.free & bit:
+            return True
+        if not pool.usable & bit:
+            return False
+        dev = pool.devs[i].id
+        if dev in self.owner.claimed:
+            return False
+        jobs = self.state.card_jobs.get(dev)
+        if not jobs:
+            return False  # free but held for a blocked job (backfill)
+        return all(j in gone or j in extra for j in jobs)
+
+    def mask(self, pool: Pool, extra: set[int]) -> int:
+        """Cards of ``pool`` free once the leaving jobs and ``extra`` are gone."""
+        gone = self.owner.gone
+        mask = 0
+        for i in range(pool.size):
+            if self._card_free(pool, i, gone, extra):
+                mask |= 1 << i
+        return mask
+
+    def grow(self, pool: Pool, mask: int, occ: Occupant, extra: set[int]) -> int:
+        """``mask`` plus the cards of ``occ`` on ``pool`` that are now free."""
+        gone = self.owner.gone
+        for p, i, _ in occ.cards:
+            if p is pool and not mask >> i & 1 and self._card_free(pool, i, gone, extra):
+                mask |= 1 << i
+        return mask
+
+    def fits(self, spot: object, victims: object) -> tuple[object, list[int]] | None:
+        """``(spot, device ids)`` the job would get, or ``None``."""
+        extra = {v.job.id for v in victims}  # type: ignore[attr-defined]
+        if self.tmpl is not None:
+            pool, i = spot  # type: ignore[misc]
+            return self._fits_slice(pool, i, extra)
+        assert isinstance(spot, Pool)
+        return self.fits_mask(spot, self.mask(spot, extra))
+
+    def fits_mask(self, pool: Pool, mask: int) -> tuple[object, list[int]] | None:
+        """Placement on ``pool`` when ``mask`` is free (whole cards)."""
+        spot = pool
+        n = self.whole
+        if n <= self.chip.gmax:
+            group = best_group(mask, pool.groups, n)
+            if not group:
+                return None
+            return spot, [pool.devs[i].id for i in lowest_bits(group, n)]
+        unit = self.chip.gmax
+        full = [g for g in pool.groups if g.bit_count() == unit and mask & g == g]
+        if len(full) < n // unit:
+            return None
+        devices = []
+        for g in full[: n // unit]:
+            devices.extend(pool.devs[i].id for i in lowest_bits(g, unit))
+        return spot, devices
+
+    def _fits_slice(self, pool: Pool, i: int, extra: set[int]) -> tuple[object, list[int]] | None:
+        tmpl = self.tmpl
+        assert tmpl is not None
+        bit = 1 << i
+        dev = pool.devs[i]
+        if not pool.usable & bit or dev.id in self.owner.claimed:
+            return None
+        gone = self.owner.gone
+        cores = mem = cpus = 0
+        for jid in self.state.card_jobs.get(dev.id, ()):
+            if jid in gone or jid in extra:
+                continue
+            occ = self.state.occupants.get(jid)
+            if occ is None:
+                continue
+            for p, j, t in occ.cards:
+                if p is pool and j == i:
+                    if t is None:
+                        return None  # someone keeps the card whole
+                    cores += t.ai_cores
+                    mem += t.memory_mb
+                    cpus += t.ai_cpus
+        if (
+            dev.ai_cores - cores >= tmpl.ai_cores
+            and dev.hbm_mb - mem >= tmpl.memory_mb
+            and dev.ai_cpus - cpus >= tmpl.ai_cpus
+        ):
+            return (pool, i), [dev.id]
+        return None

@@ -1,0 +1,171 @@
+"""Admission: may this team start this job now, by its own limits?
+
+Checked in this order, first failure wins (the reason names the first limit a
+user would have to change):
+
+1. the priority class is in ``allowed_priority_classes`` → ``QuotaClassNotAllowed``
+   (the DB layer refuses such submissions; a job can still slip in when a new
+   policy version narrows the list);
+2. the job's duration (its ``max_duration_s``, else its estimate) is within
+   ``max_job_duration_s`` → ``QuotaMaxDuration``;
+3. the month's device-hours so far plus this job's (units x estimated hours)
+   stay within ``device_hours_per_month`` → ``MonthlyBudgetExhausted``;
+4. running jobs + jobs started this tick < ``max_concurrent_jobs`` → ``QuotaMaxJobs``;
+5. usage + the job's units <= ``max`` for ``devices`` and, per chip model the
+   job could run on, for ``devices/<chip>`` → ``QuotaMaxDevices`` when no chip
+   model is left. ``max`` is the cap *including* borrowed capacity.
+
+Guarantees are not an admission limit: a team may borrow idle capacity up to
+its ``max``; :mod:`preemption` takes it back when the owner asks.
+
+The quota in force comes from :func:`quota_in_force`, the one call site of the
+policy's time-of-day ``quota_at``, evaluated once per team per tick.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from scheduling.engine import reasons
+from scheduling.engine.capacity import EPS
+from scheduling.engine.policy import DEVICES, Policy, Quota, chip_resource, quota_at
+from scheduling.engine.snapshot import JobState
+
+
+def quota_in_force(policy: Policy, team: str, at: datetime) -> tuple[Quota, str | None]:
+    """The team's quota at ``at`` and the schedule that produced it (``None``: base quota)."""
+    return quota_at(policy, team, at)
+
+
+class TeamLedger:
+    """One team's quota in force and what it holds during the tick."""
+
+    __slots__ = (
+        "allowed",
+        "budget",
+        "guaranteed",
+        "jobs",
+        "max_by_chip",
+        "max_duration",
+        "max_jobs",
+        "max_total",
+        "month_hours",
+        "name",
+        "quota",
+        "schedule",
+        "usage",
+    )
+
+    def __init__(self, name: str, quota: Quota, schedule: str | None, month_hours: float) -> None:
+        self.name = name
+        self.quota = quota
+        self.schedule = schedule
+        #: Device units held per resource key (``devices``, ``devices/<chip>``).
+        self.usage: dict[str, float] = {DEVICES: 0.0}
+        self.jobs = 0
+        self.month_hours = month_hours
+        self.allowed = quota.allowed_priority_classes
+        self.max_duration = quota.max_job_duration_s
+        self.budget = quota.device_hours_per_month
+        self.max_jobs = quota.max_concurrent_jobs
+        self.max_total = quota.max.get(DEVICES)
+        self.max_by_chip = {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
+        self.guaranteed = quota.guaranteed
+
+    def add(self, chip: str, units: float) -> None:
+        """Count ``units`` on ``chip`` against the team (a running or started job)."""
+        usage = self.usage
+        usage[DEVICES] += units
+        key = chip_resource(chip)
+        usage[key] = usage.get(key, 0.0) + units
+
+    def used(self, chip: str) -> float:
+        return self.usage.get(chip_resource(chip), 0.0)
+
+    # -- guarantees: used by ordering exemptions and preemption ------------------
+
+    def within_guarantee(self, chip: str, units: float) -> bool:
+        """Whether adding ``units`` on ``chip`` keeps the team within its guarantee.
+
+        The guarantee that applies to a chip is ``devices/<chip>`` and/or
+        ``devices``; every one the quota names must hold, and at least one must
+        be named (no guarantee means nothing to reclaim).
+        """
+        g = self.guaranteed
+        if not g:
+            return False
+        named = False
+        per_chip = g.get(chip_resource(chip))
+        if per_chip is not None:
+            named = True
+            if self.used(chip) + units > per_chip + EPS:
+                return False
+        overall = g.get(DEVICES)
+        if overall is not None:
+            named = True
+            if self.usage[DEVICES] + units > overall + EPS:
+                return False
+        return named
+
+    def borrowing(self, chip: str, released: float = 0.0) -> bool:
+        """Whether the team holds more than its guarantee on ``chip`` (after ``released`` leaves).
+
+        A team with no guarantee for the chip is borrowing whatever it holds there.
+        """
+        g = self.guaranteed
+        per_chip = g.get(chip_resource(chip))
+        overall = g.get(DEVICES)
+        if per_chip is None and overall is None:
+            return self.used(chip) - released > EPS
+        if per_chip is not None and self.used(chip) - released > per_chip + EPS:
+            return True
+        return overall is not None and self.usage[DEVICES] - released > overall + EPS
+
+
+def job_duration(job: JobState) -> float:
+    """The duration quota limits judge: the job's max duration, else its estimate."""
+    return job.max_duration_s if job.max_duration_s else job.estimated_duration_s
+
+
+def admit(
+    ledger: TeamLedger, job: JobState, chips: tuple[str, ...], units: dict[str, float]
+) -> tuple[str | None, str, list[str]]:
+    """``(reason, detail, chips)``: ``reason`` ``None`` and the chip models within quota, or why not."""
+    allowed = ledger.allowed
+    if allowed is not None and job.priority_class not in allowed:
+        return reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {job.priority_class} is not allowed", []
+    duration = job.max_duration_s or job.estimated_duration_s
+    if ledger.max_duration is not None and duration > ledger.max_duration + EPS:
+        return reasons.QUOTA_MAX_DURATION, f"{duration:.0f}s > max {ledger.max_duration:.0f}s", []
+    first_units = units[chips[0]] if chips else float(job.num_devices)
+    if ledger.budget is not None:
+        hours = first_units * job.estimated_duration_s / 3600.0
+        if ledger.month_hours + hours > ledger.budget + EPS:
+            return (
+                reasons.MONTHLY_BUDGET_EXHAUSTED,
+                f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
+                [],
+            )
+    if ledger.max_jobs is not None and ledger.jobs >= ledger.max_jobs:
+        return reasons.QUOTA_MAX_JOBS, f"{ledger.jobs} jobs running, max {ledger.max_jobs}", []
+    cap = ledger.max_total
+    if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
+        return (
+            reasons.QUOTA_MAX_DEVICES,
+            f"{ledger.usage[DEVICES]:g} + {first_units:g} > max {cap:g} devices",
+            [],
+        )
+    by_chip = ledger.max_by_chip
+    if not by_chip:
+        return None, "", list(chips)
+    ok = []
+    detail = ""
+    for chip in chips:
+        cap = by_chip.get(chip)
+        if cap is None or ledger.used(chip) + units[chip] <= cap + EPS:
+            ok.append(chip)
+        elif not detail:
+            detail = f"{ledger.used(chip):g} + {units[chip]:g} > max {cap:g} devices/{chip}"
+    if not ok and chips:
+        return reasons.QUOTA_MAX_DEVICES, detail, []
+    return None, "", ok

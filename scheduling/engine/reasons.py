@@ -1,0 +1,64 @@
+"""Why a job is waiting, and why a running job is asked to leave.
+
+The codes follow Slurm's ``squeue`` reason names where Slurm has one, so users
+who know Slurm read them without a glossary; each has one plain sentence that
+the console and ``explain`` show next to it. A code is a string rather than an
+enum because it is stored in the database and sent over the API as text.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- waiting reasons, roughly in the order the pipeline can produce them ------
+QUOTA_CLASS_NOT_ALLOWED: Final = "QuotaClassNotAllowed"
+QUOTA_MAX_DURATION: Final = "QuotaMaxDuration"
+MONTHLY_BUDGET_EXHAUSTED: Final = "MonthlyBudgetExhausted"
+QUOTA_MAX_JOBS: Final = "QuotaMaxJobs"
+QUOTA_MAX_DEVICES: Final = "QuotaMaxDevices"
+RESERVED_CAPACITY: Final = "ReservedCapacity"
+CHIP_MODEL_UNAVAILABLE: Final = "ChipModelUnavailable"
+NODE_UNHEALTHY: Final = "NodeUnhealthy"
+TOPOLOGY: Final = "Topology"
+PREEMPTION_GRACE: Final = "PreemptionGrace"
+RESOURCES: Final = "Resources"
+PRIORITY: Final = "Priority"
+
+# -- preemption reasons (``Preemption.reason``) --------------------------------
+GUARANTEE_RECLAIM: Final = "GuaranteeReclaim"
+CLASS_PREEMPTION: Final = "ClassPreemption"
+
+#: One plain sentence per code, for people who do not know Slurm.
+TEXT: Final[dict[str, str]] = {
+    QUOTA_CLASS_NOT_ALLOWED: "Your team's quota does not allow this priority class.",
+    QUOTA_MAX_DURATION: "The job asks for longer than your team's maximum job duration.",
+    MONTHLY_BUDGET_EXHAUSTED: ("Your team's device-hours for this month would be used up by this job."),
+    QUOTA_MAX_JOBS: "Your team already runs as many jobs at once as its quota allows.",
+    QUOTA_MAX_DEVICES: ("Starting the job would take your team above its maximum number of devices."),
+    RESERVED_CAPACITY: ("The free devices are held back for other priority classes by a reservation."),
+    CHIP_MODEL_UNAVAILABLE: "The cluster has no device of the requested chip model or vNPU shape.",
+    NODE_UNHEALTHY: ("Devices of the requested kind exist, but too few are healthy and schedulable."),
+    TOPOLOGY: "The request does not fit the servers' shape (cards per node or per HCCS ring).",
+    PREEMPTION_GRACE: ("Running jobs are leaving to make room for this job; it starts when their grace ends."),
+    RESOURCES: "Waiting for enough free devices.",
+    PRIORITY: "Jobs with a higher priority are waiting for the same devices and go first.",
+    GUARANTEE_RECLAIM: ("Your team was borrowing devices guaranteed to another team, which needs them back."),
+    CLASS_PREEMPTION: "A job of a higher priority class that may preempt yours needs the devices.",
+}
+
+#: Waiting reasons that come from the team's own limits: such a job holds no
+#: place in the queue and never blocks the jobs behind it.
+QUOTA_REASONS: Final = frozenset(
+    {
+        QUOTA_CLASS_NOT_ALLOWED,
+        QUOTA_MAX_DURATION,
+        MONTHLY_BUDGET_EXHAUSTED,
+        QUOTA_MAX_JOBS,
+        QUOTA_MAX_DEVICES,
+    }
+)
+
+
+def describe(code: str) -> str:
+    """The plain-words text of ``code`` (the code itself if it is unknown)."""
+    return TEXT.get(code, code)

@@ -1,0 +1,117 @@
+"""Reservation ratios: a share of healthy devices held for some priority classes.
+
+A reservation ``ratio`` over a scope (all chips, or some chip models) holds
+``R = floor(ratio x usable devices in the scope)`` devices for its classes.
+The reserved classes' own running usage counts toward ``R`` (a reservation is
+a floor on what those classes can get at once, not an extra on top of it), so
+a job of any *other* class may start only if afterwards
+
+    free devices in scope >= R - units the reserved classes already use there.
+
+Jobs of the reserved classes are not limited by their own reservation. The
+check runs on device units, so vNPU slices count as fractions; it runs before
+placement, and a job it stops waits with ``ReservedCapacity``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from scheduling.engine.capacity import Chip, Occupant
+from scheduling.engine.policy import Reservation
+
+
+class _Held:
+    __slots__ = ("chips", "reserved", "spec", "used")
+
+    def __init__(self, spec: Reservation, chips: list[Chip]) -> None:
+        self.spec = spec
+        self.chips = chips
+        self.reserved = math.floor(spec.ratio * sum(c.usable_count for c in chips) + 1e-9)
+        self.used = 0.0
+
+    def headroom(self) -> float:
+        """Units a non-reserved job may still take in the scope."""
+        free = sum(c.free_units for c in self.chips)
+        return free - max(0.0, self.reserved - self.used)
+
+
+class ReservationLedger:
+    """The policy's reservations against the tick's free state."""
+
+    def __init__(
+        self,
+        specs: Iterable[Reservation],
+        chips: Mapping[str, Chip],
+        occupants: Iterable[Occupant],
+    ) -> None:
+        self.held: list[_Held] = []
+        for spec in specs:
+            scope = [c for name, c in chips.items() if spec.chip_models is None or name in spec.chip_models]
+            self.held.append(_Held(spec, scope))
+        self._applies: dict[tuple[str, str], list[_Held]] = {}
+        self._counts: dict[tuple[str, str], list[_Held]] = {}
+        self._room: dict[tuple[str, str], float] = {}
+        self._text: dict[tuple[str, str], str] = {}
+        for occ in occupants:
+            self.on_start(occ.job.priority_class, occ.chip, occ.usable_units)
+
+    def limiting(self, cls: str, chip: str) -> list[_Held]:
+        """Reservations that limit a job of ``cls`` on ``chip`` (cached)."""
+        key = (cls, chip)
+        found = self._applies.get(key)
+        if found is None:
+            found = self._applies[key] = [
+                h
+                for h in self.held
+                if cls not in h.spec.priority_classes and (h.spec.chip_models is None or chip in h.spec.chip_models)
+            ]
+        return found
+
+    def headroom(self, cls: str, chip: str) -> float:
+        """Units a job of ``cls`` may take on ``chip`` now (``inf`` when nothing limits it).
+
+        Memoised until the next start (:meth:`on_start` clears it): the long tail
+        of a full queue asks the same question thousands of times.
+        """
+        key = (cls, chip)
+        room = self._room.get(key)
+        if room is None:
+            limits = self.limiting(cls, chip)
+            room = self._room[key] = min(h.headroom() for h in limits) if limits else math.inf
+        return room
+
+    def on_start(self, cls: str, chip: str, units: float) -> None:
+        """Count a started (or running) job of ``cls`` toward the reservations held for it."""
+        key = (cls, chip)
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = [
+                h
+                for h in self.held
+                if cls in h.spec.priority_classes and (h.spec.chip_models is None or chip in h.spec.chip_models)
+            ]
+        for h in counts:
+            h.used += units
+        self._room.clear()
+        self._text.clear()
+
+    def describe(self, cls: str, chip: str) -> str:
+        """Which reservation holds the devices back, in words (memoised like :meth:`headroom`)."""
+        key = ("?" + cls, chip)
+        text = self._text.get(key)
+        if text is None:
+            text = self._text[key] = self._describe(cls, chip)
+        return text
+
+    def _describe(self, cls: str, chip: str) -> str:
+        limits = self.limiting(cls, chip)
+        if not limits:
+            return ""
+        h = min(limits, key=lambda x: x.headroom())
+        return (
+            f"reservation {h.spec.name}: {h.reserved} held for "
+            f"{', '.join(sorted(h.spec.priority_classes))}, "
+            f"{sum(c.free_units for c in h.chips):g} free"
+        )

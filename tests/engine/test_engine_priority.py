@@ -1,0 +1,58 @@
+"""Multifactor ordering and explain()."""
+
+from __future__ import annotations
+
+import pytest
+from engine_factory import T0, Cluster, job, policy, quota, snapshot
+
+from scheduling.engine.explain import explain
+from scheduling.engine.policy import Ordering
+from scheduling.engine.priority import age_factor, class_factors, order_pending, size_factor
+
+
+def test_class_factor_spans_zero_to_one() -> None:
+    assert class_factors(policy()) == {"high": 1.0, "normal": 0.5, "low": 0.0}
+
+
+def test_age_and_size_factors_cap_at_one() -> None:
+    assert age_factor(3600, 7200) == 0.5
+    assert age_factor(10**9, 7200) == 1.0
+    assert age_factor(-5, 7200) == 0.0
+    assert size_factor(4, 8) == 0.5
+    assert size_factor(16, 8) == 1.0
+
+
+def test_ties_break_by_submission_then_id() -> None:
+    jobs = [job(3, submitted=-10), job(1, submitted=-10), job(2, submitted=-20)]
+    ordered = order_pending(jobs, Ordering(weight_age=0), {"normal": 1.0}, lambda t, u: 1.0, T0, lambda j: 1, 8)
+    assert [j.id for j in ordered] == [2, 1, 3]
+
+
+def test_fair_share_orders_users_with_less_usage_first() -> None:
+    pol = policy(ordering=Ordering(weight_priority_class=0, weight_age=0))
+    cl = Cluster().node("n1", devices=1)
+    snap = snapshot(
+        pol,
+        cl,
+        [job(1, team="a", user="heavy"), job(2, team="a", user="light")],
+        usage={("a", "heavy"): 100.0, ("a", "light"): 1.0},
+    )
+    assert explain(snap, 2)["decision"] == "start"
+    assert explain(snap, 1)["reason"] == "Resources"
+
+
+def test_explain_shows_factors_weights_quota_and_reason() -> None:
+    pol = policy({"a": quota(max={"devices": 4}, max_jobs=3)})
+    cl = Cluster().node("n1", devices=8)
+    snap = snapshot(pol, cl, [job(1, n=8, submitted=-7 * 86400 / 2)])
+    info = explain(snap, 1)
+    assert info["reason"] == "QuotaMaxDevices"
+    assert "maximum" in info["reason_text"]
+    assert info["factors"]["age"]["factor"] == pytest.approx(0.5)
+    assert info["factors"]["priority_class"] == {"factor": 0.5, "weight": 10000.0, "weighted": 5000.0}
+    assert info["factors"]["fair_share"]["factor"] == 1.0
+    assert info["priority"] == pytest.approx(5000 + 5000 + 500)
+    assert info["quota"]["max"] == {"devices": 4}
+    assert info["quota"]["schedule"] is None
+    with pytest.raises(KeyError):
+        explain(snap, 99)

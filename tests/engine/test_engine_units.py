@@ -1,0 +1,85 @@
+"""Unit checks of single features that scenarios do not pin down."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine_factory import NOW, T0, Cluster, job, policy, quota, snapshot
+
+from scheduling.engine import reasons
+from scheduling.engine.bench_core import bench_decide, make_synthetic_snapshot
+from scheduling.engine.decide import decide
+from scheduling.engine.policy import Schedule, TeamPolicy
+from scheduling.engine.quota import quota_in_force
+
+
+def _nodes_of(out, cl):
+    return {s.job_id: {cl.name_of(x.device_id).split("/")[0] for x in s.slots} for s in out.starts}
+
+
+def test_binpack_fills_the_fullest_node_spread_the_emptiest() -> None:
+    cl = Cluster().node("n1").node("n2")
+    running = [job(1, slots=[cl.dev("n1/0"), cl.dev("n1/1")])]
+    pending = [job(10, n=2)]
+    assert _nodes_of(decide(snapshot(policy(strategy="binpack"), cl, pending, running)), cl) == {10: {"n1"}}
+    assert _nodes_of(decide(snapshot(policy(strategy="spread"), cl, pending, running)), cl) == {10: {"n2"}}
+
+
+def test_quota_in_force_follows_the_time_of_day_schedule() -> None:
+    night = Schedule(
+        "night", None, 20 * 60, 8 * 60, {"max": {"devices": 16}}, resolved_quota=quota(max={"devices": 16})
+    )
+    pol = policy({"a": TeamPolicy("a", None, 1.0, quota(max={"devices": 2}), (night,))})
+    assert quota_in_force(pol, "a", NOW)[1] is None  # 10:00
+    q, name = quota_in_force(pol, "a", NOW + timedelta(hours=12))  # 22:00
+    assert name == "night" and q.max == {"devices": 16}
+    cl = Cluster().node("n1")
+    day = decide(snapshot(pol, cl, [job(1, n=4)]))
+    assert day.waiting[1].reason == reasons.QUOTA_MAX_DEVICES
+    late = decide(snapshot(pol, cl, [job(1, n=4)], now=NOW + timedelta(hours=12)))
+    assert [s.job_id for s in late.starts] == [1]
+
+
+def test_multi_node_gang_reclaims_whole_nodes() -> None:
+    cl = Cluster().node("n1").node("n2")
+    pol = policy({"a": quota(guaranteed={"devices": 16}), "b": quota()})
+    running = [job(i + 1, "b", slots=[cl.dev(f"n{1 + i // 8}/{i % 8}")], started=-60 * (i + 1)) for i in range(16)]
+    out = decide(snapshot(pol, cl, [job(100, "a", n=16)], running))
+    assert len(out.preemptions) == 16
+    assert all(p.reason == reasons.GUARANTEE_RECLAIM and p.for_job == 100 for p in out.preemptions)
+    assert out.waiting[100].estimated_start == T0 + 300
+
+
+def test_reclaim_takes_no_more_than_needed_and_spares_guaranteed_teams() -> None:
+    cl = Cluster().node("n1", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 2}), "b": quota(guaranteed={"devices": 2}), "c": quota()})
+    running = [
+        job(1, "b", slots=[cl.dev("n1/0")], cls="low", started=-10),  # b is within its guarantee
+        job(2, "b", slots=[cl.dev("n1/1")], cls="low", started=-20),
+        job(3, "c", slots=[cl.dev("n1/2")], cls="high", started=-9000),  # c borrows everything it holds
+        job(4, "c", slots=[cl.dev("n1/3")], cls="normal", started=-5000),
+    ]
+    out = decide(snapshot(pol, cl, [job(10, "a", n=1)], running))
+    assert [p.job_id for p in out.preemptions] == [4]  # c's cheaper job; b is not borrowing
+
+
+def test_unknown_class_is_refused() -> None:
+    out = decide(snapshot(policy(), Cluster().node("n1"), [job(1, cls="vip")]))
+    assert out.waiting[1].reason == reasons.QUOTA_CLASS_NOT_ALLOWED
+
+
+def test_every_reason_has_plain_words() -> None:
+    codes = [v for k, v in vars(reasons).items() if k.isupper() and isinstance(v, str)]
+    assert all(reasons.describe(code) != code for code in codes)
+
+
+def test_decide_is_deterministic_on_the_synthetic_cluster() -> None:
+    snap = make_synthetic_snapshot(pending=600, nodes=60)
+    a, b = decide(snap), decide(snap)
+    assert a.starts == b.starts and a.preemptions == b.preemptions and a.waiting == b.waiting
+    assert a.starts and set(a.waiting) | {s.job_id for s in a.starts} == {j.id for j in snap.pending}
+
+
+def test_bench_reports_figures() -> None:
+    res = bench_decide(pending=200, nodes=20, ticks=2, growth=(100, 200))
+    assert res["median_ms"] > 0 and [r["pending"] for r in res["growth"]] == [100, 200]
