@@ -17,7 +17,7 @@ from tests.test_policy_commands import DEMO, run, write
 pytestmark = pytest.mark.django_db
 
 
-def _recorded_load(api, user_factory) -> None:  # noqa: ANN001
+def _recorded_load(api, user_factory) -> None:
     lead = user_factory("dry", team="research", role="lead")
     for i in range(6):
         resp = api(lead).post(
