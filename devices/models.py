@@ -22,6 +22,9 @@ class Node(models.Model):
     reachable = models.BooleanField(default=True)
     missed_polls = models.PositiveIntegerField(default=0)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    last_poll_error = models.CharField(
+        max_length=500, blank=True, help_text="Why the last agent poll failed or was partial; empty when it was clean"
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -33,6 +36,11 @@ class Node(models.Model):
     @property
     def accepts_work(self) -> bool:
         return self.state == self.State.READY and self.reachable
+
+    @property
+    def drained(self) -> bool:
+        """A draining node on which nothing runs any more: it can be serviced (state stays ``draining``)."""
+        return self.state == self.State.DRAINING and not self.devices.filter(allocations__end__isnull=True).exists()
 
 
 class Device(models.Model):
@@ -95,3 +103,34 @@ class VnpuTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} on {self.chip_model}"
+
+
+class HealthEvent(models.Model):
+    """Append-only history of health: every transition of a device, and a node going unreachable or back.
+
+    Device transitions use the ``Device.Health`` values; node-level events (``device`` empty) go between
+    ``reachable`` and ``unreachable``.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_events")
+    device = models.ForeignKey(Device, null=True, blank=True, on_delete=models.CASCADE, related_name="health_events")
+    at = models.DateTimeField(db_index=True)
+    from_health = models.CharField(max_length=16, blank=True)
+    to_health = models.CharField(max_length=16)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["node", "at"], name="healthevent_node_at"),
+            models.Index(fields=["device", "at"], name="healthevent_device_at"),
+        ]
+
+    def __str__(self) -> str:
+        what = str(self.device) if self.device_id else self.node.name
+        return f"{what}: {self.from_health or '-'} → {self.to_health} ({self.reason})"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None:
+            raise ValueError("health events are append-only")
+        super().save(*args, **kwargs)

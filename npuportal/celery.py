@@ -29,3 +29,9 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
         sender.signature("devices.poll_agents", expires=settings.AGENT_POLL_INTERVAL_S * 3),
         name="agent poll",
     )
+    # The walltime backstop is one query when nothing is overdue; it runs as often as the poll.
+    sender.add_periodic_task(
+        settings.AGENT_POLL_INTERVAL_S,
+        sender.signature("scheduling.enforce_walltime", expires=settings.AGENT_POLL_INTERVAL_S * 3),
+        name="walltime backstop",
+    )

@@ -7,12 +7,12 @@ Celery over the filesystem transport under ``var/``. ``DATABASE_URL`` and
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 from pathlib import Path
 
 import dj_database_url
-import plotly
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("NPUPORTAL_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -99,7 +99,12 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE makes every transaction take SQLite's write lock up front, so two
     # ticks in two processes queue up instead of failing half way through.
-    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+    # WAL lets the web pages read while a tick writes.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -116,7 +121,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 # plotly.js ships inside the plotly package: served from our own static files, never a CDN.
-STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+# (found without importing plotly, which is slow to import and not needed to serve a file)
+_plotly_spec = importlib.util.find_spec("plotly")
+_plotly_dir = Path(next(iter(_plotly_spec.submodule_search_locations))) if _plotly_spec else None
+STATICFILES_DIRS = [BASE_DIR / "static"]
+if _plotly_dir is not None:
+    STATICFILES_DIRS.append(("plotly", _plotly_dir / "package_data"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -170,6 +180,14 @@ TICK_INTERVAL_S = float(os.environ.get("NPUPORTAL_TICK_INTERVAL", "3"))
 AGENT_POLL_INTERVAL_S = float(os.environ.get("NPUPORTAL_AGENT_POLL_INTERVAL", "5"))
 #: Seconds an agent call may take before it counts as a missed poll.
 AGENT_TIMEOUT_S = float(os.environ.get("NPUPORTAL_AGENT_TIMEOUT", "3"))
+# Health state machine (docs/health.md). A device hotter than the warning threshold is ``warning``
+# (still schedulable); hotter than the degraded threshold, ``degraded`` (no new work, running jobs stay).
+HEALTH_TEMP_WARNING_C = float(os.environ.get("NPUPORTAL_HEALTH_TEMP_WARNING_C", "85"))
+HEALTH_TEMP_DEGRADED_C = float(os.environ.get("NPUPORTAL_HEALTH_TEMP_DEGRADED_C", "95"))
+#: Polls in a row a node may miss before it is ``unreachable`` and its running jobs are requeued.
+AGENT_MISSED_POLLS = int(os.environ.get("NPUPORTAL_AGENT_MISSED_POLLS", "3"))
+#: Polls in a row a degraded or failed device must look better before it rejoins (flap damping).
+HEALTH_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_HEALTH_REJOIN_POLLS", "3"))
 #: /healthz reports the tick as stale past this age.
 TICK_STALE_AFTER_S = float(os.environ.get("NPUPORTAL_TICK_STALE_AFTER", "60"))
 

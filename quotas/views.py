@@ -89,7 +89,7 @@ def policy_editor(request: HttpRequest) -> HttpResponse:
                             ]
                         else:
                             messages.success(request, f"Policy v{record.version} is active from the next tick.")
-                            return redirect("policy-history")
+                            return redirect("console-policy-history")
     context["yaml_text"] = text
     return render(request, "quotas/policy_editor.html", context)
 
@@ -129,7 +129,7 @@ def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
         messages.error(request, f"v{record.version} no longer validates and stays inactive: {exc.issues[0]}")
     else:
         messages.success(request, f"Policy v{record.version} is active again from the next tick.")
-    return redirect("policy-history")
+    return redirect("console-policy-history")
 
 
 @login_required

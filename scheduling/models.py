@@ -43,6 +43,11 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     retries = models.PositiveIntegerField(default=0)
     launched = models.BooleanField(default=False, help_text="The agent accepted the job")
+    agent_job_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Id of the latest attempt on the agents, '<job id>.<attempt>': a new one on every start",
+    )
     array_id = models.CharField(max_length=40, blank=True)
     array_index = models.PositiveIntegerField(null=True, blank=True)
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from devices.models import Node
-from quotas.models import Team
+from quotas.models import AuditEvent, Membership, Team
+from quotas.services import active_policy
 from scheduling.api.views import visible_jobs
+from scheduling.engine.policy import quota_at, zone
+from scheduling.forms import JobSubmitForm
 from scheduling.models import Allocation, Job
 from scheduling.reason_text import reason_text
+from scheduling.services import jobs as job_service
 
 
 @login_required
@@ -28,7 +36,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         .order_by("state", "submitted_at")[:100]
     )
     rows = [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in active]
-    return render(request, "dashboard.html", {"teams": teams, "rows": rows})
+    return render(request, "dashboard.html", {"teams": teams, "rows": rows, "cards": team_cards(user)})
 
 
 @login_required
@@ -53,6 +61,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "allocations": allocations,
             "events": job.events.all(),
             "reason": reason_text(job.pending_reason) if job.pending_reason else "",
+            "explain": _explain(job),
+            "output": _output_tail(job),
         },
     )
 
@@ -70,3 +80,191 @@ def cluster(request: HttpRequest) -> HttpResponse:
         busy.setdefault(device_id, []).append(label + (f" ({template})" if template else ""))
     grid = [(node, [(d, busy.get(d.pk, [])) for d in node.devices.all()]) for node in nodes]
     return render(request, "cluster.html", {"grid": grid})
+
+
+def _is_lead(user: object, team: Team) -> bool:
+    return (
+        bool(getattr(user, "is_staff", False))
+        or Membership.objects.filter(user=user, team=team, role=Membership.Role.LEAD).exists()
+    )
+
+
+def team_cards(user: object) -> list[dict[str, object]]:
+    """Per team: quota now (guaranteed / max / used / borrowed per resource), today's windows, usage."""
+    from scheduling.engine.schedules import DAY_NAMES
+    from scheduling.services.usage import devices_in_use, team_usage
+
+    policy = active_policy().policy
+    now = timezone.now()
+    teams = Team.objects.all() if getattr(user, "is_staff", False) else Team.objects.filter(memberships__user=user)
+    cards = []
+    local = now.astimezone(zone(policy.timezone))
+    for team in teams.order_by("name"):
+        quota, schedule = quota_at(policy, team.name, now)
+        used = devices_in_use(team)
+        keys = sorted(set(quota.guaranteed) | set(quota.max) | set(used), key=lambda k: (k != "devices", k))
+        rows = []
+        for key in keys:
+            g = quota.guaranteed.get(key, 0.0)
+            u = used.get(key, 0.0)
+            rows.append(
+                {"resource": key, "guaranteed": g, "max": quota.max.get(key), "used": u, "borrowed": max(0.0, u - g)}
+            )
+        today = []
+        for sched in policy.team(team.name).schedules:
+            if sched.days is None or local.weekday() in sched.days:
+                today.append(
+                    f"{sched.name} {sched.start_min // 60:02d}:{sched.start_min % 60:02d}–"
+                    f"{sched.end_min // 60:02d}:{sched.end_min % 60:02d}"
+                )
+        card: dict[str, object] = {
+            "team": team,
+            "schedule": schedule,
+            "rows": rows,
+            "today": today,
+            "weekday": DAY_NAMES[local.weekday()],
+            "lead": _is_lead(user, team),
+        }
+        if card["lead"]:
+            usage = team_usage(team, policy, now=now)
+            card["usage"] = usage
+            card["budget"] = quota.device_hours_per_month
+            card["members"] = list(team.memberships.select_related("user").order_by("user__username"))
+        cards.append(card)
+    return cards
+
+
+@login_required
+def job_submit(request: HttpRequest) -> HttpResponse:
+    form = JobSubmitForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        spec = job_service.JobSpec(
+            name=data["name"],
+            command=data["command"],
+            priority_class=data["priority_class"],
+            num_devices=data["num_devices"],
+            chip_model=data["chip_model"] or None,
+            vnpu_template=data["vnpu_template"] or None,
+            estimated_duration_s=data["estimated_duration_s"],
+            max_duration_s=data["max_duration_s"],
+        )
+        try:
+            job = job_service.submit_job(team=data["team"], user=request.user, spec=spec)
+        except job_service.SubmissionError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        except job_service.PermissionDenied as exc:
+            form.add_error("team", str(exc))
+        else:
+            messages.success(request, f"Job #{job.pk} is queued; the scheduler looks at it within seconds.")
+            return redirect("console-job-detail", pk=job.pk)
+    return render(request, "job_submit.html", {"form": form})
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(visible_jobs(request.user), pk=pk)
+    try:
+        job_service.cancel_job(job.pk, actor=request.user)
+    except (job_service.SubmissionError, job_service.PermissionDenied) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Job #{job.pk} is cancelled.")
+    return redirect("console-job-detail", pk=job.pk)
+
+
+@login_required
+@require_POST
+def job_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(visible_jobs(request.user), pk=pk)
+    spec = job_service.JobSpec(
+        name=job.name,
+        command=job.command,
+        priority_class=job.priority_class,
+        num_devices=job.num_devices,
+        chip_model=job.chip_model or None,
+        vnpu_template=job.vnpu_template.name if job.vnpu_template else None,
+        estimated_duration_s=job.estimated_duration_s,
+        max_duration_s=job.max_duration_s,
+    )
+    try:
+        new = job_service.submit_job(team=job.team, user=request.user, spec=spec)
+    except (job_service.SubmissionError, job_service.PermissionDenied) as exc:
+        messages.error(request, f"Could not resubmit: {exc}")
+        return redirect("console-job-detail", pk=job.pk)
+    messages.success(request, f"Resubmitted as job #{new.pk}.")
+    return redirect("console-job-detail", pk=new.pk)
+
+
+def _explain(job: Job) -> dict[str, object] | None:
+    """The engine's own breakdown of a pending job, or None when it cannot say."""
+    if job.state != Job.State.PENDING:
+        return None
+    from scheduling.engine.explain import explain
+    from scheduling.services.snapshot import load_snapshot
+
+    snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
+    try:
+        return explain(snapshot, job.pk)
+    except KeyError:
+        return None
+
+
+def _output_tail(job: Job) -> list[str] | None:
+    """Last lines of the job's output from its agent (None when no agent can be asked)."""
+    from devices.services.agent_client import AgentClient, AgentError
+
+    alloc = job.allocations.select_related("device__node").order_by("-start").first()
+    if alloc is None or not alloc.device.node.agent_url:
+        return None
+    agent_id = getattr(job, "agent_job_id", "") or str(job.pk)
+    try:
+        record = AgentClient(alloc.device.node, timeout=2).job(agent_id)
+    except AgentError:
+        return None
+    return list(record.get("output_tail") or []) if isinstance(record, dict) else None
+
+
+@login_required
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    node = get_object_or_404(Node, name=name)
+    devices = list(node.devices.all())
+    slices: dict[int, list[tuple[str, str]]] = {}
+    cores: dict[int, int] = {}
+    mine = None if request.user.is_staff else set(visible_jobs(request.user).values_list("id", flat=True))
+    for a in Allocation.objects.filter(device__node=node, end__isnull=True).select_related("vnpu_template"):
+        # Other teams' jobs show as "in use": nobody learns another team's job ids here.
+        label = f"#{a.job_id}" if mine is None or a.job_id in mine else "in use"
+        slices.setdefault(a.device_id, []).append((label, a.vnpu_template.name if a.vnpu_template else "whole card"))
+        if a.vnpu_template is not None:
+            cores[a.device_id] = cores.get(a.device_id, 0) + a.vnpu_template.ai_cores
+    rows = [{"device": d, "held": slices.get(d.pk, []), "cores_used": cores.get(d.pk, 0)} for d in devices]
+    audit = AuditEvent.objects.filter(target=node.name).select_related("actor")[:20] if request.user.is_staff else []
+    health = node.health_events.select_related("device").order_by("-at")[:20] if hasattr(node, "health_events") else []
+    return render(request, "node_detail.html", {"node": node, "rows": rows, "audit": audit, "health": health})
+
+
+@staff_member_required
+@require_POST
+def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    from devices.services import operations
+
+    ops = {"cordon": operations.cordon_node, "drain": operations.drain_node, "uncordon": operations.uncordon_node}
+    if action not in ops:
+        raise Http404("unknown action")
+    try:
+        result = ops[action](name, actor=request.user, reason=request.POST.get("reason", ""))
+    except Node.DoesNotExist as exc:
+        raise Http404("no such node") from exc
+    if result.changed:
+        messages.success(request, f"{name}: {result.previous} → {result.node.state}.")
+    else:
+        messages.info(request, f"{name} is already {result.node.state}.")
+    return redirect("console-node-detail", name=name)
+
+
+@staff_member_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    events = AuditEvent.objects.select_related("actor")[:300]
+    return render(request, "audit_log.html", {"events": events})

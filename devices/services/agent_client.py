@@ -1,12 +1,15 @@
 """HTTP client of the node agent API (``devices/agent``), with short timeouts.
 
 Every call may fail: the caller decides what a failure means (a missed poll, a
-launch to retry). Nothing here touches the database.
+launch to retry). Nothing here touches the database, so calls can run in
+threads while no transaction is open.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import requests
 from django.conf import settings
@@ -15,43 +18,94 @@ from devices.models import Node
 
 
 class AgentError(RuntimeError):
-    pass
+    """A call that did not get the answer it needed. ``status`` is the HTTP status, if one came back."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class AgentAddress:
+    """What a call needs to know about a node; a plain value, safe to hand to a thread."""
+
+    node_id: int
+    name: str
+    url: str
+    token: str
+
+    @classmethod
+    def of(cls, node: Node) -> AgentAddress:
+        return cls(node.pk, node.name, node.agent_url, node.agent_token)
 
 
 class AgentClient:
-    def __init__(self, node: Node, timeout: float | None = None) -> None:
-        self.base = node.agent_url.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {node.agent_token}"}
+    def __init__(self, node: Node | AgentAddress, timeout: float | None = None) -> None:
+        address = node if isinstance(node, AgentAddress) else AgentAddress.of(node)
+        self.name = address.name
+        self.base = address.url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {address.token}"}
         self.timeout = timeout if timeout is not None else settings.AGENT_TIMEOUT_S
 
     def _call(self, method: str, path: str, json: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
         try:
             resp = requests.request(method, self.base + path, json=json, headers=self.headers, timeout=self.timeout)
+        except requests.Timeout as exc:
+            raise AgentError(f"{method} {path}: no answer within {self.timeout:g} s") from exc
         except requests.RequestException as exc:
             raise AgentError(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
+        if resp.status_code == 401:
+            raise AgentError(
+                f"{method} {path}: HTTP 401, the agent refused our token "
+                "(the node's agent token does not match the agent's --token-file)",
+                status=401,
+            )
         if resp.status_code == 404 and method == "GET":
             return None
         if resp.status_code not in ok:
-            raise AgentError(f"{method} {path}: HTTP {resp.status_code} {resp.text[:200]}")
+            raise AgentError(f"{method} {path}: HTTP {resp.status_code} {_error_text(resp)}", status=resp.status_code)
         try:
             return resp.json()
         except ValueError as exc:
-            raise AgentError(f"{method} {path}: not JSON") from exc
+            raise AgentError(f"{method} {path}: answer is not JSON", status=resp.status_code) from exc
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/health")
 
     def devices(self) -> dict[str, Any]:
-        return self._call("GET", "/v1/devices")
+        body = self._call("GET", "/v1/devices")
+        if not isinstance(body, dict) or not isinstance(body.get("devices"), list):
+            raise AgentError("GET /v1/devices: answer has no device list")
+        return body
 
     def jobs(self) -> list[dict[str, Any]]:
         body = self._call("GET", "/v1/jobs")
-        if isinstance(body, dict):
-            return list(body.get("jobs", []))
-        return list(body or [])
+        if isinstance(body, dict) and isinstance(body.get("jobs"), list):
+            return [j for j in body["jobs"] if isinstance(j, dict)]
+        raise AgentError("GET /v1/jobs: answer has no job list")
 
-    def job(self, job_id: int) -> dict[str, Any] | None:
-        return self._call("GET", f"/v1/jobs/{job_id}")
+    def job(self, agent_job_id: str | int) -> dict[str, Any] | None:
+        """One job record, or ``None`` when the agent does not know the id."""
+        return self._call("GET", f"/v1/jobs/{quote(str(agent_job_id), safe='')}")
 
     def launch(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Start a job; the agent answers 200 with the existing record when the id is known."""
         return self._call("POST", "/v1/jobs", json=payload, ok=(200, 201))
 
-    def stop(self, job_id: int, grace_s: float = 10) -> dict[str, Any] | None:
-        return self._call("DELETE", f"/v1/jobs/{job_id}?grace={grace_s:g}", ok=(200, 202, 404))
+    def stop(self, agent_job_id: str | int, grace_s: float = 10) -> dict[str, Any] | None:
+        """SIGTERM now, SIGKILL after ``grace_s``; a job the agent does not know is fine (404)."""
+        return self._call("DELETE", f"/v1/jobs/{quote(str(agent_job_id), safe='')}?grace={grace_s:g}", ok=(200, 404))
+
+    def inject_fault(self, device: int, kind: str) -> dict[str, Any]:
+        """Simulated backend only: ``ecc``, ``overheat``, ``lost`` or ``recover``."""
+        return self._call("POST", "/v1/sim/faults", json={"device": device, "kind": kind})
+
+
+def _error_text(resp: requests.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"])[:300]
+    return resp.text[:200]

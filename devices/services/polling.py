@@ -1,172 +1,112 @@
-"""Agent polls: device health, node reachability, and the state of jobs on each node.
+"""Agent polls and agent calls: device health, node reachability, and jobs on the nodes.
 
-Network calls run concurrently in threads with timeouts and never hold a
-database transaction; the results are then applied node by node, each in its
-own short transaction, so one slow or dead agent delays nobody else.
+A poll has three phases, so no database transaction is ever open during a network call:
+
+1. **fetch** — every agent is asked for its devices and jobs, concurrently, each call with a timeout;
+2. **apply** — node by node, one short transaction each (under the tick's cluster lock, so a tick
+   never decides on half-applied health): reachability, readings, the health state machine
+   (:mod:`devices.services.health`) with a :class:`HealthEvent` per transition, and the jobs the
+   agent reports reconciled with the database. What this needs of the agents is collected as actions;
+3. **act** — stop runs that must not run, ask about jobs an agent seems to have forgotten, and
+   (re)launch jobs that no agent has accepted yet, again concurrently.
+
+Every job attempt has its own agent job id, ``"<job id>.<attempt>"`` (the attempt counts the job's
+starts), stored in ``Job.agent_job_id`` before the launch is sent. A launch retried after a lost
+answer is therefore harmless (the agent's POST is idempotent on the id), and a stale run of an
+earlier attempt can never be mistaken for the current one: whatever an agent runs that the database
+does not have running on that node, under that id, is stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import signal
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
-from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from devices.models import Device, Node
-from devices.services.agent_client import AgentClient, AgentError
-from scheduling.models import Allocation, Job
+from devices.models import Device, HealthEvent, Node
+from devices.services import health as hm
+from devices.services.agent_client import AgentAddress, AgentClient, AgentError
+from scheduling.models import Allocation, Job, JobEvent
 
 log = logging.getLogger(__name__)
 
-#: npu-smi / agent health words → our health states.
-AGENT_HEALTH = {
-    "OK": Device.Health.HEALTHY,
-    "Warning": Device.Health.WARNING,
-    "Alarm": Device.Health.DEGRADED,
-    "Critical": Device.Health.FAILED,
-    "UNKNOWN": Device.Health.FAILED,
-    "lost": Device.Health.FAILED,
-}
-#: How bad a state is, to decide if a device got worse.
-SEVERITY = {
-    Device.Health.HEALTHY: 0,
-    Device.Health.WARNING: 1,
-    Device.Health.DEGRADED: 2,
-    Device.Health.UNKNOWN: 3,
-    Device.Health.FAILED: 3,
-}
+#: SIGTERM → SIGKILL grace when a user cancels a job.
+CANCEL_GRACE_S = 10.0
+#: Grace when the portal takes devices back: failed device, preemption after its grace, walltime, stale runs.
+EVICT_GRACE_S = 5.0
+#: Most agents called at once.
+MAX_PARALLEL = 16
+#: Agent job states in which the job still holds its devices.
+AGENT_RUNNING = frozenset({"running", "stopping"})
+#: Agent job ids the portal hands out: ``"<job id>.<attempt>"`` (plain ``"<job id>"`` before attempts).
+PORTAL_JOB_ID = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
+# --------------------------------------------------------------------------------------------------
+# shared helpers
 
 
-@dataclass
-class PollResult:
-    node_id: int
-    devices: dict[str, Any] | None = None
-    jobs: list[dict[str, Any]] | None = None
-    error: str = ""
+def lock_cluster() -> None:
+    """Take the tick's cluster lock for this transaction (PostgreSQL; SQLite's write lock is implicit)."""
+    if connection.vendor == "postgresql":
+        from scheduling.services.tick import TICK_LOCK_KEY
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TICK_LOCK_KEY])
 
 
-@dataclass
-class PollSummary:
-    polled: int = 0
-    failed: int = 0
-    finished: list[int] = field(default_factory=list)
-    requeued: list[int] = field(default_factory=list)
-    relaunched: list[int] = field(default_factory=list)
-    failed_devices: list[int] = field(default_factory=list)
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` over ``items`` in threads (network calls only: threads never touch the database)."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
-def _fetch(node: Node) -> PollResult:
-    client = AgentClient(node)
-    try:
-        return PollResult(node.pk, devices=client.devices(), jobs=client.jobs())
-    except AgentError as exc:
-        return PollResult(node.pk, error=str(exc))
-
-
-def poll_all() -> PollSummary:
-    nodes = list(Node.objects.exclude(agent_url=""))
-    summary = PollSummary()
-    if not nodes:
-        return summary
-    with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
-        results = list(pool.map(_fetch, nodes))
-    for node, result in zip(nodes, results, strict=True):
-        summary.polled += 1
-        if result.error:
-            summary.failed += 1
-        try:
-            apply_poll(node.pk, result, summary)
-        except Exception:
-            log.exception("applying the poll of node %s failed", node.name)
-    return summary
-
-
-def device_health(report: dict[str, Any], device: Device) -> tuple[str, str]:
-    """Map one device's report to a health state and a reason a person can read."""
-    word = str(report.get("health", "UNKNOWN"))
-    health = AGENT_HEALTH.get(word, Device.Health.FAILED)
-    reason = f"agent reports {word}"
-    ecc = report.get("ecc_errors")
-    if isinstance(ecc, int) and ecc > device.ecc_errors:
-        return Device.Health.FAILED, f"ECC errors rose to {ecc}"
-    temp = report.get("temp_c")
-    if (
-        health == Device.Health.HEALTHY
-        and isinstance(temp, int | float)
-        and temp >= _setting("HEALTH_TEMP_WARNING_C", 85)
+def current_attempts(job_ids: Iterable[int]) -> dict[int, int]:
+    """Which start each job is on: the number of times it went pending → running (at least 1)."""
+    ids = list(job_ids)
+    counts = {pk: 1 for pk in ids}
+    if not ids:
+        return counts
+    for row in (
+        JobEvent.objects.filter(job_id__in=ids, from_state=Job.State.PENDING, to_state=Job.State.RUNNING)
+        .values("job_id")
+        .annotate(n=Count("id"))
     ):
-        return Device.Health.WARNING, f"temperature {temp} °C"
-    return health, reason
+        counts[row["job_id"]] = max(1, row["n"])
+    return counts
 
 
-@transaction.atomic
-def apply_poll(node_id: int, result: PollResult, summary: PollSummary | None = None) -> None:
-    summary = summary or PollSummary()
-    node = Node.objects.select_for_update().get(pk=node_id)
-    now = timezone.now()
-    if result.error:
-        node.missed_polls += 1
-        if node.reachable and node.missed_polls >= _setting("AGENT_MISSED_POLLS", 3):
-            node.reachable = False
-            log.warning("node %s unreachable after %s missed polls: %s", node.name, node.missed_polls, result.error)
-            for job_id in _running_jobs_on(node_id):
-                _requeue(job_id, "NodeUnreachable", f"node {node.name} stopped answering", summary)
-        node.save(update_fields=["missed_polls", "reachable"])
-        return
-    node.missed_polls = 0
-    node.reachable = True
-    node.last_heartbeat = now
-    node.save(update_fields=["missed_polls", "reachable", "last_heartbeat"])
-    _apply_devices(node, result.devices or {}, now, summary)
-    _reconcile_jobs(node, result.jobs or [], summary)
+def agent_job_id(job_id: int, attempt: int) -> str:
+    return f"{job_id}.{attempt}"
 
 
-def _apply_devices(node: Node, body: dict[str, Any], now: datetime, summary: PollSummary) -> None:
-    reports = {d.get("index"): d for d in body.get("devices", []) if isinstance(d, dict)}
-    rejoin = int(_setting("HEALTH_REJOIN_POLLS", 3))
-    for device in Device.objects.select_for_update().filter(node=node):
-        report = reports.get(device.index)
-        if report is None:
-            new, why = Device.Health.FAILED, "missing from the agent's inventory"
-        else:
-            new, why = device_health(report, device)
-            device.temp_c = report.get("temp_c")
-            device.power_w = report.get("power_w")
-            device.aicore_pct = report.get("aicore_pct")
-            device.hbm_used_mb = report.get("hbm_used_mb")
-            ecc = report.get("ecc_errors")
-            if isinstance(ecc, int):
-                device.ecc_errors = ecc
-        old = device.health
-        if SEVERITY[new] < SEVERITY.get(old, 3) and SEVERITY.get(old, 3) >= 2:
-            # Damp flapping: a sick device must look well several polls in a row to rejoin.
-            device.healthy_streak += 1
-            if device.healthy_streak >= rejoin:
-                device.health, device.health_detail, device.healthy_streak = new, f"recovered: {why}", 0
-        else:
-            device.healthy_streak = 0
-            device.health = new
-            if new != old:
-                device.health_detail = why
-        device.last_seen = now
-        device.save()
-        if device.health == Device.Health.FAILED and old != Device.Health.FAILED:
-            summary.failed_devices.append(device.pk)
-            log.warning("device %s failed: %s", device, device.health_detail)
-            for job_id in (
-                Allocation.objects.filter(device=device, end__isnull=True).values_list("job_id", flat=True).distinct()
-            ):
-                _requeue(job_id, "DeviceFailed", f"device {device} failed: {device.health_detail}", summary, stop=True)
+def describe_exit(code: int | None) -> str:
+    """``exit code 3``, ``killed by SIGKILL (exit code -9)``."""
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exit code {code}"
 
 
 def _running_jobs_on(node_id: int) -> list[int]:
@@ -174,73 +114,483 @@ def _running_jobs_on(node_id: int) -> list[int]:
         Allocation.objects.filter(device__node_id=node_id, end__isnull=True, job__state=Job.State.RUNNING)
         .values_list("job_id", flat=True)
         .distinct()
+        .order_by("job_id")
     )
 
 
-def _requeue(job_id: int, reason: str, detail: str, summary: PollSummary, stop: bool = False) -> None:
+def job_addresses(job_id: int) -> list[AgentAddress]:
+    """Agents of the nodes a job holds devices on now."""
+    nodes = Node.objects.filter(devices__allocations__job_id=job_id, devices__allocations__end__isnull=True)
+    return [AgentAddress.of(n) for n in nodes.exclude(agent_url="").distinct().order_by("name")]
+
+
+# --------------------------------------------------------------------------------------------------
+# what a poll produces
+
+
+@dataclass
+class PollResult:
+    node_id: int
+    #: When the agent was asked: the time of the readings, and of any failure they show.
+    fetched_at: datetime
+    devices: dict[str, Any] | None = None
+    jobs: list[dict[str, Any]] | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    address: AgentAddress
+    agent_job_id: str
+    grace_s: float
+    why: str
+
+
+@dataclass
+class Actions:
+    """Agent calls decided while applying polls, made once the transactions are committed."""
+
+    stops: list[Stop] = field(default_factory=list)
+    #: ``(agent, job id, agent job id)`` of launched jobs missing from the agent's list.
+    confirm: list[tuple[AgentAddress, int, str]] = field(default_factory=list)
+    relaunch: set[int] = field(default_factory=set)
+
+
+@dataclass
+class PollSummary:
+    polled: int = 0
+    failed: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+    finished: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    relaunched: list[int] = field(default_factory=list)
+    failed_devices: list[int] = field(default_factory=list)
+    #: ``"<node>:<agent job id>"`` of runs stopped because the database does not have them running there.
+    stale_stopped: list[str] = field(default_factory=list)
+
+
+#: agent job id → {node id: the agent's record}, over every agent that answered this poll.
+SeenJobs = dict[str, dict[int, dict[str, Any]]]
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. fetch
+
+
+def _fetch(address: AgentAddress) -> PollResult:
+    at = timezone.now()
+    client = AgentClient(address)
+    try:
+        devices = client.devices()
+        jobs = client.jobs()
+    except AgentError as exc:
+        return PollResult(address.node_id, at, error=str(exc))
+    return PollResult(address.node_id, at, devices=devices, jobs=jobs)
+
+
+def _seen(results: Iterable[PollResult]) -> SeenJobs:
+    seen: SeenJobs = defaultdict(dict)
+    for result in results:
+        for record in result.jobs or ():
+            seen[str(record.get("job_id"))][result.node_id] = record
+    return seen
+
+
+def poll_all() -> PollSummary:
+    """Poll every node with an agent once: fetch, apply, act (see the module docstring)."""
+    nodes = list(Node.objects.exclude(agent_url="").order_by("name"))
+    summary = PollSummary()
+    if not nodes:
+        return summary
+    results = parallel(_fetch, [AgentAddress.of(n) for n in nodes])
+    seen = _seen(results)
+    actions = Actions()
+    for node, result in zip(nodes, results, strict=True):
+        summary.polled += 1
+        if result.error:
+            summary.failed += 1
+            summary.errors[node.name] = result.error
+        try:
+            apply_poll(result, summary=summary, actions=actions, seen=seen)
+        except Exception:
+            log.exception("applying the poll of node %s failed", node.name)
+    act(actions, summary)
+    return summary
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. apply
+
+
+def apply_poll(
+    result: PollResult,
+    *,
+    summary: PollSummary | None = None,
+    actions: Actions | None = None,
+    seen: SeenJobs | None = None,
+) -> Actions:
+    """Apply one node's poll in one transaction; returns the agent calls it needs (see :func:`act`)."""
+    summary = summary if summary is not None else PollSummary()
+    actions = actions if actions is not None else Actions()
+    t = hm.Thresholds.from_settings()
+    with transaction.atomic():
+        lock_cluster()
+        node = Node.objects.select_for_update().get(pk=result.node_id)
+        now = timezone.now()
+        if result.error:
+            _apply_missed(node, result, now, t, summary, actions)
+        else:
+            _apply_answer(node, result, now)
+            _apply_devices(node, result, now, t, summary, actions)
+            _reconcile_jobs(node, result, seen if seen is not None else _seen([result]), summary, actions)
+    return actions
+
+
+def _apply_missed(
+    node: Node, result: PollResult, now: datetime, t: hm.Thresholds, summary: PollSummary, actions: Actions
+) -> None:
+    node.missed_polls += 1
+    node.last_poll_error = result.error[:500]
+    fields = ["missed_polls", "last_poll_error"]
+    log.info("poll of node %s failed (%s in a row): %s", node.name, node.missed_polls, result.error)
+    if node.reachable and node.missed_polls >= t.missed_polls:
+        node.reachable = False
+        fields.append("reachable")
+        HealthEvent.objects.create(
+            node=node,
+            at=now,
+            from_health="reachable",
+            to_health="unreachable",
+            reason=f"missed {node.missed_polls} polls in a row; last error: {result.error}"[:500],
+        )
+        log.warning("node %s unreachable after %s missed polls: %s", node.name, node.missed_polls, result.error)
+    node.save(update_fields=fields)
+    if node.reachable:
+        return
+    # Usage is charged up to the last poll the node answered: after it nobody knows what ran.
+    at = node.last_heartbeat or now
+    for job_id in _running_jobs_on(node.pk):
+        _requeue(
+            job_id,
+            "NodeUnreachable",
+            f"node {node.name} stopped answering ({node.missed_polls} polls missed; last error: {result.error})",
+            at,
+            summary,
+            actions,
+            skip_node=node.pk,
+        )
+
+
+def _apply_answer(node: Node, result: PollResult, now: datetime) -> None:
+    if not node.reachable:
+        HealthEvent.objects.create(
+            node=node,
+            at=now,
+            from_health="unreachable",
+            to_health="reachable",
+            reason=f"the agent answers again after {node.missed_polls} missed polls",
+        )
+        log.warning("node %s is reachable again", node.name)
+    body_error = (result.devices or {}).get("error") or ""
+    node.missed_polls = 0
+    node.reachable = True
+    node.last_heartbeat = result.fetched_at
+    node.last_poll_error = f"device readings: {body_error}"[:500] if body_error else ""
+    node.save(update_fields=["missed_polls", "reachable", "last_heartbeat", "last_poll_error"])
+
+
+def _apply_devices(
+    node: Node, result: PollResult, now: datetime, t: hm.Thresholds, summary: PollSummary, actions: Actions
+) -> None:
+    reports: dict[int, dict[str, Any]] = {}
+    for entry in (result.devices or {}).get("devices", []):
+        if isinstance(entry, dict) and isinstance(entry.get("index"), int):
+            reports[entry["index"]] = entry
+    for device in Device.objects.select_for_update().filter(node=node).order_by("index"):
+        report = reports.get(device.index)
+        verdict = hm.classify(report, known_ecc=device.ecc_errors, first_reading=device.last_seen is None, t=t)
+        if report is not None:
+            device.temp_c = _number(report.get("temp_c"))
+            device.power_w = _number(report.get("power_w"))
+            device.aicore_pct = _number(report.get("aicore_pct"))
+            hbm = report.get("hbm_used_mb")
+            device.hbm_used_mb = hbm if isinstance(hbm, int) and hbm >= 0 else None
+            ecc = report.get("ecc_errors")
+            if isinstance(ecc, int) and not isinstance(ecc, bool) and ecc >= 0:
+                device.ecc_errors = ecc
+            device.last_seen = result.fetched_at
+        old = device.health
+        step = hm.step(old, device.healthy_streak, verdict, t.rejoin_polls)
+        device.health, device.healthy_streak, device.health_detail = step.health, step.streak, step.detail[:300]
+        device.save(
+            update_fields=[
+                "health",
+                "healthy_streak",
+                "health_detail",
+                "temp_c",
+                "power_w",
+                "aicore_pct",
+                "hbm_used_mb",
+                "ecc_errors",
+                "last_seen",
+            ]
+        )
+        if step.changed:
+            HealthEvent.objects.create(
+                node=node,
+                device=device,
+                at=result.fetched_at,
+                from_health=old,
+                to_health=step.health,
+                reason=step.detail[:500],
+            )
+            worse = hm.SEVERITY[step.health] > hm.SEVERITY.get(old, 3)
+            log.log(
+                logging.WARNING if worse else logging.INFO,
+                "device %s/%s: %s → %s (%s)",
+                node.name,
+                device.index,
+                old,
+                step.health,
+                step.detail,
+            )
+            if step.health == hm.FAILED:
+                summary.failed_devices.append(device.pk)
+        if device.health != hm.FAILED:
+            continue
+        # Level-triggered: a job that landed on a failed device by a race is evicted at the next poll too.
+        at = result.fetched_at if step.changed else now
+        for job_id in (
+            Allocation.objects.filter(device=device, end__isnull=True, job__state=Job.State.RUNNING)
+            .values_list("job_id", flat=True)
+            .distinct()
+        ):
+            _requeue(
+                job_id,
+                "DeviceFailed",
+                f"device {node.name}/{device.index} failed: {device.health_detail}",
+                at,
+                summary,
+                actions,
+            )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _requeue(
+    job_id: int,
+    reason: str,
+    detail: str,
+    at: datetime,
+    summary: PollSummary,
+    actions: Actions,
+    *,
+    skip_node: int | None = None,
+) -> None:
+    """Requeue a running job (retry budget applies) and stop it on every agent that can be reached."""
     from scheduling.services.jobs import requeue_job
 
-    nodes = list(
-        Allocation.objects.filter(job_id=job_id, end__isnull=True).values_list("device__node_id", flat=True).distinct()
-    )
-    requeue_job(job_id, reason=reason, detail=detail)
+    row = Job.objects.filter(pk=job_id).values_list("agent_job_id", "launched").first()
+    if row is None:
+        return
+    addresses = [a for a in job_addresses(job_id) if a.node_id != skip_node]
+    requeue_job(job_id, reason=reason, detail=detail, at=at)
     summary.requeued.append(job_id)
-    if stop:
-        transaction.on_commit(lambda: _stop_quietly(job_id, nodes))
+    stored, launched = row
+    run_id = stored or (str(job_id) if launched else "")
+    if run_id:
+        actions.stops.extend(Stop(a, run_id, EVICT_GRACE_S, reason) for a in addresses)
 
 
-def _stop_quietly(job_id: int, node_ids: list[int]) -> None:
-    for node in Node.objects.filter(pk__in=node_ids).exclude(agent_url=""):
-        try:
-            AgentClient(node).stop(job_id, grace_s=5)
-        except AgentError:
-            log.info("could not stop job %s on %s (it may already be gone)", job_id, node.name)
-
-
-def _reconcile_jobs(node: Node, agent_jobs: list[dict[str, Any]], summary: PollSummary) -> None:
-    """Bring the database in line with what the agent says runs on it."""
+def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: PollSummary, actions: Actions) -> None:
+    """Bring the database and the agent in line: finish what ended, requeue what was lost, stop what is stale."""
     from scheduling.services.jobs import finish_job
 
-    by_id = {str(j.get("job_id")): j for j in agent_jobs if isinstance(j, dict)}
-    for job in Job.objects.filter(pk__in=_running_jobs_on(node.pk)):
-        record = by_id.get(str(job.pk))
+    address = AgentAddress.of(node)
+    by_id = {str(r.get("job_id")): r for r in result.jobs or ()}
+    rows = list(Job.objects.filter(pk__in=_running_jobs_on(node.pk)).values_list("pk", "launched", "agent_job_id"))
+    attempts = current_attempts(pk for pk, _, _ in rows)
+    expected: set[str] = set()
+    for pk, launched, stored in rows:
+        run_id = agent_job_id(pk, attempts[pk])
+        expected.add(run_id)
+        record = by_id.get(run_id)
+        if record is None and launched and not stored:  # launched before attempts had their own ids
+            run_id = str(pk)
+            expected.add(run_id)
+            record = by_id.get(run_id)
         if record is None:
-            if job.launched:
-                _requeue(job.pk, "LostOnAgent", f"node {node.name} no longer knows the job", summary)
+            if launched:
+                actions.confirm.append((address, pk, run_id))
             else:
-                summary.relaunched.append(job.pk)
+                actions.relaunch.add(pk)
             continue
         state = record.get("state")
-        if state == "running":
-            if not job.launched:
-                Job.objects.filter(pk=job.pk).update(launched=True)
+        if state in AGENT_RUNNING:
+            if not launched or stored != run_id:
+                Job.objects.filter(pk=pk, state=Job.State.RUNNING).update(launched=True, agent_job_id=run_id)
             continue
-        ended = parse_datetime(record["ended_at"]) if record.get("ended_at") else None
-        if state == "succeeded":
-            finish_job(job.pk, exit_code=0, ended_at=ended)
-        elif state in {"failed", "killed"}:
-            code = record.get("exit_code")
-            detail = f"{state}: {record.get('reason') or ''} exit code {code}".strip()
-            finish_job(
-                job.pk, exit_code=code if isinstance(code, int) and code != 0 else 1, ended_at=ended, detail=detail
+        if state == "lost":
+            _requeue(
+                pk,
+                "LostOnAgent",
+                f"node {node.name} lost the process of run {run_id}: {record.get('reason') or 'no exit status'}",
+                _when(record.get("ended_at")) or timezone.now(),
+                summary,
+                actions,
             )
-        elif state == "lost":
-            _requeue(job.pk, "LostOnAgent", "the agent lost the job's process", summary)
             continue
-        else:
+        if state not in {"succeeded", "failed", "killed"}:
             continue
-        summary.finished.append(job.pk)
-    if summary.relaunched:
-        from scheduling import tasks
+        exit_code, reason, detail = outcome(record)
+        job_nodes = {a.node_id for a in job_addresses(pk)}
+        if reason == "Completed" and len(job_nodes) > 1:
+            # A gang is complete when every node's part is; wait for the others (they answer this poll or the next).
+            parts = seen.get(run_id, {})
+            if not all(parts.get(n, {}).get("state") == "succeeded" for n in job_nodes):
+                continue
+        if reason != "Completed" and len(job_nodes) > 1:
+            detail = f"on {node.name}: {detail}"
+            for other in job_addresses(pk):
+                if other.node_id != node.pk:
+                    actions.stops.append(Stop(other, run_id, EVICT_GRACE_S, "gang member ended"))
+        finish_job(pk, exit_code=exit_code, ended_at=_when(record.get("ended_at")), detail=detail, reason=reason)
+        summary.finished.append(pk)
+    for run_id, record in by_id.items():
+        if record.get("state") == "running" and run_id not in expected and PORTAL_JOB_ID.fullmatch(run_id):
+            actions.stops.append(Stop(address, run_id, EVICT_GRACE_S, "not running on this node in the database"))
+            summary.stale_stopped.append(f"{node.name}:{run_id}")
 
-        ids = list(summary.relaunched)
-        transaction.on_commit(lambda: [tasks.launch_job.delay(i) for i in ids])
+
+def outcome(record: dict[str, Any]) -> tuple[int | None, str, str]:
+    """``(exit code, event reason, detail)`` of a run the agent reports ended."""
+    state = record.get("state")
+    code = record.get("exit_code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    why = record.get("reason") or ""
+    if state == "succeeded":
+        return 0, "Completed", "exit code 0"
+    if state == "killed":
+        if why == "walltime":
+            return code, "Walltime", f"the agent stopped it at its maximum duration: {describe_exit(code)}"
+        return code, "Killed", f"stopped on the agent ({why or 'no reason given'}): {describe_exit(code)}"
+    if code is None:
+        return None, "NonZeroExit", f"failed on the agent: {why or 'no exit status'}"
+    return code, "NonZeroExit", describe_exit(code)
 
 
-def launch_payload(job: Job, node: Node) -> dict[str, Any]:
-    allocs = list(job.allocations.filter(end__isnull=True, device__node=node).select_related("device", "vnpu_template"))
+def _when(text: Any) -> datetime | None:
+    return parse_datetime(text) if isinstance(text, str) else None
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. act
+
+
+_MISSING = object()
+
+
+def act(actions: Actions, summary: PollSummary | None = None) -> None:
+    """Make the agent calls a poll decided on: stops first (they free devices), then checks, then launches."""
+    summary = summary if summary is not None else PollSummary()
+    stop_all(actions.stops)
+
+    def ask(item: tuple[AgentAddress, int, str]) -> object:
+        address, _, run_id = item
+        try:
+            found = AgentClient(address).job(run_id)
+        except AgentError as exc:
+            log.info("could not ask %s about run %s: %s", address.name, run_id, exc)
+            return None
+        return _MISSING if found is None else found
+
+    for item, answer in zip(actions.confirm, parallel(ask, actions.confirm), strict=True):
+        if answer is _MISSING:
+            _forget(item, summary)
+    if actions.relaunch:
+        ids = sorted(actions.relaunch)
+        launch_many(ids)
+        summary.relaunched.extend(ids)
+
+
+def _forget(item: tuple[AgentAddress, int, str], summary: PollSummary) -> None:
+    """A launched run its agent does not know (its state dir was wiped, say): requeue the job."""
+    address, job_id, run_id = item
+    more = Actions()
+    with transaction.atomic():
+        lock_cluster()
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.state != Job.State.RUNNING or not job.launched:
+            return
+        if (job.agent_job_id or str(job_id)) != run_id:
+            return
+        _requeue(
+            job_id,
+            "LostOnAgent",
+            f"node {address.name} no longer knows run {run_id}",
+            timezone.now(),
+            summary,
+            more,
+        )
+    stop_all(more.stops)
+
+
+def stop_all(stops: Sequence[Stop]) -> None:
+    def one(item: Stop) -> None:
+        try:
+            AgentClient(item.address).stop(item.agent_job_id, grace_s=item.grace_s)
+            log.info("stopped run %s on %s (%s)", item.agent_job_id, item.address.name, item.why)
+        except AgentError as exc:
+            log.info("could not stop run %s on %s (%s): %s", item.agent_job_id, item.address.name, item.why, exc)
+
+    unique = {(s.address.node_id, s.agent_job_id): s for s in stops}
+    parallel(one, list(unique.values()))
+
+
+# --------------------------------------------------------------------------------------------------
+# launch and stop (the tick's decisions; Celery tasks in scheduling.tasks call these)
+
+
+@dataclass
+class LaunchPlan:
+    job_id: int
+    agent_job_id: str
+    started_at: datetime | None
+    targets: list[tuple[AgentAddress, dict[str, Any]]]
+
+
+def _prepare_launch(job_id: int) -> LaunchPlan | None:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("team").filter(pk=job_id, state=Job.State.RUNNING).first()
+        if job is None:
+            return None
+        run_id = agent_job_id(job.pk, current_attempts([job.pk])[job.pk])
+        if job.agent_job_id != run_id:
+            # Stored before anything is sent, so a poll never takes this run for a stale one.
+            job.agent_job_id = run_id
+            job.save(update_fields=["agent_job_id"])
+        allocs = list(
+            job.allocations.filter(end__isnull=True).select_related("device__node", "vnpu_template").order_by("id")
+        )
+        by_node: dict[int, list[Allocation]] = defaultdict(list)
+        nodes: dict[int, Node] = {}
+        for alloc in allocs:
+            by_node[alloc.device.node_id].append(alloc)
+            nodes[alloc.device.node_id] = alloc.device.node
+        targets = [
+            (AgentAddress.of(nodes[nid]), launch_payload(job, run_id, by_node[nid]))
+            for nid in sorted(by_node, key=lambda n: nodes[n].name)
+            if nodes[nid].agent_url
+        ]
+        return LaunchPlan(job.pk, run_id, job.started_at, targets)
+
+
+def launch_payload(job: Job, run_id: str, allocs: Sequence[Allocation]) -> dict[str, Any]:
+    """The ``POST /v1/jobs`` body of one node's part of a job."""
     payload: dict[str, Any] = {
-        "job_id": job.pk,
+        "job_id": run_id,
         "command": job.command,
         "env": {"JOB_NAME": job.name, "JOB_TEAM": job.team.name},
         "devices": sorted(a.device.index for a in allocs),
@@ -248,32 +598,91 @@ def launch_payload(job: Job, node: Node) -> dict[str, Any]:
     if job.max_duration_s:
         elapsed = (timezone.now() - job.started_at).total_seconds() if job.started_at else 0
         payload["max_duration_s"] = max(1, int(job.max_duration_s - elapsed))
-    if allocs and allocs[0].vnpu_template is not None:
-        payload["vnpu"] = {"template": allocs[0].vnpu_template.name, "device": allocs[0].device.index}
+    sliced = [a for a in allocs if a.vnpu_template is not None]
+    if sliced:
+        payload["vnpu"] = {"template": sliced[0].vnpu_template.name, "device": sliced[0].device.index}
+        payload["devices"] = [sliced[0].device.index]
     return payload
 
 
+def _send(item: tuple[AgentAddress, dict[str, Any]]) -> str:
+    address, payload = item
+    try:
+        AgentClient(address).launch(payload)
+    except AgentError as exc:
+        return str(exc)
+    return ""
+
+
+def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
+    """Send running jobs to their agents (idempotent per attempt); ``{job id: accepted by every agent}``."""
+    plans = [p for p in (_prepare_launch(j) for j in job_ids) if p is not None]
+    sends = [(plan, target) for plan in plans for target in plan.targets]
+    answers = parallel(_send, [target for _, target in sends])
+    errors: dict[int, list[tuple[AgentAddress, str]]] = defaultdict(list)
+    accepted: dict[int, list[AgentAddress]] = defaultdict(list)
+    for (plan, (address, _)), error in zip(sends, answers, strict=True):
+        if error:
+            errors[plan.job_id].append((address, error))
+        else:
+            accepted[plan.job_id].append(address)
+    return {plan.job_id: _record_launch(plan, errors.get(plan.job_id, []), accepted[plan.job_id]) for plan in plans}
+
+
 def launch(job_id: int) -> bool:
-    """Send a running job to its node agents; idempotent on the agent side."""
-    job = Job.objects.select_related("team").filter(pk=job_id, state=Job.State.RUNNING).first()
-    if job is None:
-        return False
-    node_ids = set(job.allocations.filter(end__isnull=True).values_list("device__node_id", flat=True))
-    ok = True
-    for node in Node.objects.filter(pk__in=node_ids):
-        if not node.agent_url:
-            continue
-        try:
-            AgentClient(node).launch(launch_payload(job, node))
-        except AgentError as exc:
-            ok = False
-            log.warning("launch of job %s on %s failed: %s", job_id, node.name, exc)
-    if ok:
-        Job.objects.filter(pk=job_id, state=Job.State.RUNNING).update(launched=True)
-    return ok
+    """Send one running job to its node agents; ``True`` when every agent has it."""
+    return launch_many([job_id]).get(job_id, False)
 
 
-def stop(job_id: int) -> None:
-    """Stop a job on every node it used (idempotent on the agent side)."""
-    node_ids = set(Allocation.objects.filter(job_id=job_id).values_list("device__node_id", flat=True))
-    _stop_quietly(job_id, list(node_ids))
+def _record_launch(plan: LaunchPlan, errors: list[tuple[AgentAddress, str]], accepted: list[AgentAddress]) -> bool:
+    from scheduling.services.jobs import RETRY_BUDGET, requeue_job
+
+    if not errors:
+        done = Job.objects.filter(pk=plan.job_id, state=Job.State.RUNNING, agent_job_id=plan.agent_job_id).update(
+            launched=True
+        )
+        return bool(done)
+    text = "; ".join(f"{a.name}: {e}" for a, e in errors)
+    log.warning("launch of run %s failed: %s", plan.agent_job_id, text)
+    stops: list[Stop] = []
+    with transaction.atomic():
+        lock_cluster()
+        job = Job.objects.select_for_update().filter(pk=plan.job_id).first()
+        if job is None or job.state != Job.State.RUNNING or job.agent_job_id != plan.agent_job_id:
+            return False
+        now = timezone.now()
+        JobEvent.objects.create(
+            job=job,
+            at=now,
+            from_state=Job.State.RUNNING,
+            to_state=Job.State.RUNNING,
+            reason="LaunchFailed",
+            detail=f"run {plan.agent_job_id}: {text}"[:500],
+        )
+        since = job.started_at or now - timedelta(days=1)
+        failures = JobEvent.objects.filter(job=job, reason="LaunchFailed", at__gte=since).count()
+        if failures >= RETRY_BUDGET:
+            requeue_job(
+                job.pk,
+                reason="LaunchFailed",
+                detail=f"the agents refused run {plan.agent_job_id} {failures} times; last: {text}",
+                at=now,
+            )
+            stops = [Stop(a, plan.agent_job_id, EVICT_GRACE_S, "launch given up") for a in accepted]
+    stop_all(stops)
+    return False
+
+
+def stop(job_id: int, reason: str = "") -> None:
+    """Stop a job that no longer runs in the database (cancelled, preempted, failed) on every node it used.
+
+    A job that runs again (restarted after the stop was asked for) keeps its current attempt; any
+    older run still on an agent is stopped by the next poll.
+    """
+    job = Job.objects.filter(pk=job_id).values("state", "agent_job_id", "launched").first()
+    if job is None or job["state"] == Job.State.RUNNING:
+        return
+    run_id = job["agent_job_id"] or str(job_id)
+    nodes = Node.objects.filter(devices__allocations__job_id=job_id).exclude(agent_url="").distinct()
+    grace = CANCEL_GRACE_S if reason == "Cancelled" else EVICT_GRACE_S
+    stop_all([Stop(AgentAddress.of(n), run_id, grace, reason or "stop") for n in nodes])

@@ -1,0 +1,77 @@
+"""Admin operations on nodes: cordon, drain, uncordon. Each one transaction with its audit event.
+
+- cordon: no new work lands on the node; what runs there keeps running.
+- drain: the same for the scheduler, and says the node is being emptied — running work
+  finishes, then the node can be serviced.
+- uncordon: the node takes new work again.
+
+The tick reads ``Node.state`` (only ``ready`` nodes get new work), so a change
+takes effect at the next tick. Asking for the state a node is already in
+changes nothing and writes no audit event, so scripts may repeat themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from devices.models import Node
+from quotas.models import AuditEvent
+from scheduling.models import Job
+
+#: Longest reason kept with an operation.
+MAX_REASON = 300
+
+
+@dataclass(frozen=True)
+class NodeOperation:
+    node: Node
+    changed: bool
+    previous: str
+
+
+def _running_jobs(node: Node) -> int:
+    return (
+        Job.objects.filter(state=Job.State.RUNNING, allocations__device__node=node, allocations__end__isnull=True)
+        .distinct()
+        .count()
+    )
+
+
+def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser | None, reason: str) -> NodeOperation:
+    """Move node ``name`` to ``target`` and audit it. Raises ``Node.DoesNotExist``."""
+    node = Node.objects.select_for_update().get(name=name)
+    previous = node.state
+    if previous == target:
+        return NodeOperation(node=node, changed=False, previous=previous)
+    node.state = target
+    node.save(update_fields=["state"])
+    running = _running_jobs(node)
+    detail = f"{previous} → {target}; {running} running job(s) on it"
+    if target == Node.State.DRAINING and running:
+        detail += " will finish there"
+    reason = reason.strip()[:MAX_REASON]
+    if reason:
+        detail += f": {reason}"
+    AuditEvent.objects.create(actor=actor, action=action, target=node.name, detail=detail)
+    return NodeOperation(node=node, changed=True, previous=previous)
+
+
+@transaction.atomic
+def cordon_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
+    """No new work on the node; running work stays."""
+    return _set_state(name, Node.State.CORDONED, "node.cordon", actor=actor, reason=reason)
+
+
+@transaction.atomic
+def drain_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
+    """No new work on the node; running work finishes there."""
+    return _set_state(name, Node.State.DRAINING, "node.drain", actor=actor, reason=reason)
+
+
+@transaction.atomic
+def uncordon_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
+    """The node takes new work again (from cordoned, draining or down)."""
+    return _set_state(name, Node.State.READY, "node.uncordon", actor=actor, reason=reason)
