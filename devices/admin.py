@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from devices.models import Device, Node, VnpuTemplate
+from devices.models import Device, HealthEvent, Node, VnpuTemplate
 
 
 class DeviceInline(admin.TabularInline):
@@ -45,3 +45,21 @@ class VnpuTemplateAdmin(admin.ModelAdmin):
     list_display = ("name", "chip_model", "memory_mb", "ai_cores", "ai_cpus")
     list_filter = ("chip_model",)
     search_fields = ("name", "chip_model")
+
+
+@admin.register(HealthEvent)
+class HealthEventAdmin(admin.ModelAdmin):
+    list_display = ("at", "node", "device", "from_health", "to_health", "reason")
+    list_filter = ("to_health", "node")
+    search_fields = ("node__name", "reason")
+    list_select_related = ("node", "device__node")
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

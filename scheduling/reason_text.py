@@ -20,6 +20,9 @@ TEXT = {
     "DeviceFailed": "Its device failed; it was requeued to run elsewhere.",
     "NodeUnreachable": "Its node stopped answering; it was requeued.",
     "LostOnAgent": "Its node lost the process; it was requeued.",
+    "LaunchFailed": "Its node refused or missed the launch; it is tried again, then requeued.",
+    "Walltime": "It ran past its maximum duration and was stopped.",
+    "Killed": "Its process was killed by a signal.",
 }
 
 

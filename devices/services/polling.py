@@ -25,7 +25,7 @@ import signal
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -237,8 +237,19 @@ def apply_poll(
         lock_cluster()
         node = Node.objects.select_for_update().get(pk=result.node_id)
         now = timezone.now()
+        tool_error = (result.devices or {}).get("error") if not result.error else None
         if result.error:
             _apply_missed(node, result, now, t, summary, actions)
+        elif tool_error:
+            # The agent answered but its vendor tool could not read the devices (npu-smi timed out,
+            # say). That is no reading, not a verdict that every device failed: health stays as it
+            # was and the poll counts as missed, so a tool that keeps failing still ends with the
+            # node unreachable. The agent does know its jobs, so those are reconciled as usual.
+            _apply_missed(
+                node, replace(result, error=f"device readings failed: {tool_error}"), now, t, summary, actions
+            )
+            if node.reachable:
+                _reconcile_jobs(node, result, seen if seen is not None else _seen([result]), summary, actions)
         else:
             _apply_answer(node, result, now)
             _apply_devices(node, result, now, t, summary, actions)
