@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test setup migrate lint format browser clean
+.PHONY: run test setup migrate lint format browser clean schema
 
 run: setup ## set up, seed the demo once, start web + worker + beat + agents + load generator
 	$(PY) manage.py seed_demo
@@ -23,6 +23,7 @@ $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -38,6 +39,10 @@ browser:
 	      || echo "could not install chromium: browser tests will be skipped"; \
 	  else echo "no /usr/bin/chromium: browser tests will be skipped (apt-get install chromium)"; fi; \
 	fi
+
+# The OpenAPI schema is generated, never hand-written; tests/test_api_schema.py fails when it is stale.
+schema: $(STAMP)
+	$(PY) manage.py spectacular --validate --file schema/openapi.yaml
 
 lint:
 	$(BIN)/ruff check .

@@ -194,7 +194,8 @@ TICK_STALE_AFTER_S = float(os.environ.get("NPUPORTAL_TICK_STALE_AFTER", "60"))
 # --- REST API -----------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # `Token npu_…` keys (several per user, see /api/v1/tokens/), else DRF's authtoken keys.
+        "quotas.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -203,12 +204,23 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "npuportal.api_errors.exception_handler",
+    # Counted in the cache (Redis when REDIS_URL is set), so shared by all workers.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {"anon": "120/min", "user": "600/min"},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "npuportal API",
     "DESCRIPTION": "Jobs, teams, quotas, nodes and policies of an npuportal cluster.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "scheduling.models.Job.State",
+        "NodeStateEnum": "devices.models.Node.State",
+        "DeviceHealthEnum": "devices.models.Device.Health",
+    },
 }
 
 LOGGING = {

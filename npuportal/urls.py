@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from npuportal.health import healthz
+from npuportal.metrics import metrics
 from quotas import views as policy_console
 from scheduling import views as console
 
@@ -19,6 +20,7 @@ urlpatterns = [
     path("audit/", console.audit_log, name="console-audit-log"),
     path("cluster/", console.cluster, name="cluster"),
     path("quota/", policy_console.team_quota, name="console-team-quota"),
+    path("tokens/", policy_console.api_tokens, name="console-api-tokens"),
     path("policy/", policy_console.policy_editor, name="console-policy-editor"),
     path("policy/history/", policy_console.policy_history, name="console-policy-history"),
     path("policy/v<int:version>/", policy_console.policy_version, name="console-policy-version"),
@@ -26,8 +28,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("scheduling.api.urls")),
+    path("api/v1/", include("npuportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

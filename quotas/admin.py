@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from quotas.models import AuditEvent, Department, Membership, Policy, Team
+from quotas.models import ApiToken, AuditEvent, Department, Membership, Policy, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -64,4 +64,17 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Admins may see and revoke tokens; keys are never stored, so never shown."""
+
+    list_display = ("name", "user", "prefix", "created", "last_used")
+    search_fields = ("name", "user__username", "prefix")
+    readonly_fields = ("user", "name", "key_hash", "prefix", "created", "last_used")
+    exclude = ()
+
+    def has_add_permission(self, request) -> bool:
         return False

@@ -29,20 +29,27 @@ class ActivePolicy:
     policy: ParsedPolicy
 
 
-_cache: dict[int, ParsedPolicy] = {}
+_cache: dict[tuple[int, str], ParsedPolicy] = {}
 _cache_lock = Lock()
 _FALLBACK_YAML = "apiVersion: npuportal/v1\nkind: SchedulingPolicy\nmetadata: {name: builtin}\nspec: {}\n"
 
 
 def parsed(record: Policy) -> ParsedPolicy:
-    """Parse a stored version once per process: versions never change, so the cache never goes stale."""
+    """Parse a stored version once per process.
+
+    Keyed by version *and* text: versions are never edited, but a database that
+    is rebuilt (tests, a restored backup) may reuse a number for other text.
+    """
+    key = (record.version, record.yaml_text)
     with _cache_lock:
-        hit = _cache.get(record.version)
+        hit = _cache.get(key)
     if hit is not None:
         return hit
     result = parse_policy(record.yaml_text)
     with _cache_lock:
-        _cache[record.version] = result
+        if len(_cache) > 64:
+            _cache.clear()
+        _cache[key] = result
     return result
 
 

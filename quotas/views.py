@@ -11,6 +11,7 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -163,3 +164,34 @@ def team_quota(request: HttpRequest) -> HttpResponse:
             "names": names,
         },
     )
+
+
+@login_required
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """A user's own API tokens: make one (the key is shown once), revoke one."""
+    from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
+    from quotas.models import ApiToken
+
+    new_key = None
+    error = ""
+    if request.method == "POST":
+        if "revoke" in request.POST:
+            token = ApiToken.objects.filter(user=request.user, pk=request.POST.get("revoke")).first()
+            if token is None:
+                error = "No such token of yours."
+            else:
+                revoke_token(token)
+                messages.success(request, f"Token {token.name!r} is revoked.")
+                return redirect("console-api-tokens")
+        else:
+            name = request.POST.get("name", "").strip()
+            if not name or len(name) > 100:
+                error = "Name the token (1 to 100 characters), e.g. the laptop or script that will use it."
+            else:
+                try:
+                    with transaction.atomic():
+                        _, new_key = issue_token(request.user, name)
+                except TokenLimitReached as exc:
+                    error = str(exc)
+    tokens = ApiToken.objects.filter(user=request.user).order_by("-created")
+    return render(request, "quotas/api_tokens.html", {"tokens": tokens, "new_key": new_key, "error": error})

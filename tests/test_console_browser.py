@@ -96,3 +96,21 @@ def test_a_member_cannot_open_another_teams_job(demo, user_factory, page) -> Non
     assert resp.status in (403, 404)
     job.refresh_from_db()
     assert job.state == "pending"
+
+
+def test_user_creates_uses_and_revokes_an_api_token(demo, user_factory, page) -> None:  # noqa: F811
+    import requests
+
+    user_factory("tina", team="training")
+    login(page, "tina", "pw-tina")
+    page.get_by_role("link", name="Tokens").click()
+    page.get_by_label("Name").fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    key = page.locator("#new-key").inner_text()
+    base = page.url.split("/tokens/")[0]
+    ok = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=10)
+    assert ok.status_code == 200
+    page.get_by_role("button", name="Revoke laptop").click()
+    expect(page.locator("#tokens")).not_to_contain_text("laptop")
+    refused = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=10)
+    assert refused.status_code == 401

@@ -21,6 +21,7 @@ class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["at", "from_state", "to_state", "reason", "detail", "policy_version"]
+        read_only_fields = fields
 
 
 class JobSerializer(serializers.ModelSerializer):

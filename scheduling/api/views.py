@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from typing import Any
+
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied as DRFPermissionDenied
@@ -12,6 +18,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from quotas.api.errors import error_response, error_responses
+from quotas.api.serializers import json_safe
 from quotas.models import Team
 from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 from scheduling.models import Job
@@ -27,6 +35,9 @@ def visible_jobs(user: object) -> QuerySet[Job]:
 
 
 class JobFilterSet(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(
+        choices=Job.State.choices, help_text="Repeat for several: ?state=pending&state=running"
+    )
     team = django_filters.CharFilter(field_name="team__name")
     user = django_filters.CharFilter(field_name="submitter__username")
     submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
@@ -37,12 +48,27 @@ class JobFilterSet(django_filters.FilterSet):
         fields = ["state", "priority_class", "team", "user", "chip_model", "array_id"]
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your teams' jobs (admins: all)", responses={200: JobSerializer, **error_responses(400, 401)}
+    ),
+    retrieve=extend_schema(
+        summary="One job with its allocations and events",
+        responses={200: JobDetailSerializer, **error_responses(401, 404)},
+    ),
+)
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     filterset_class = JobFilterSet
+    lookup_value_regex = r"\d{1,18}"
 
     def get_queryset(self) -> QuerySet[Job]:
-        return visible_jobs(self.request.user).order_by("-submitted_at", "-id")
+        if getattr(self, "swagger_fake_view", False):
+            return Job.objects.none()
+        qs = visible_jobs(self.request.user).order_by("-submitted_at", "-id")
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("allocations__device__node", "allocations__vnpu_template", "events")
+        return qs
 
     def get_serializer_class(self) -> type:
         if self.action == "retrieve":
@@ -63,7 +89,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise ValidationError({"team": ["required: you belong to several teams or none"]})
         return teams[0]
 
-    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer(many=True)})
+    @extend_schema(
+        summary="Submit one job, or a job array with array: N (then the answer is a list)",
+        request=JobSubmitSerializer,
+        responses={
+            201: OpenApiResponse(
+                {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/Job"},
+                        {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+                    ]
+                },
+                description="The job; a list of jobs when `array` was given",
+            ),
+            **error_responses(400, 401, 403),
+        },
+    )
     def create(self, request: Request) -> Response:
         """Submit one job, or a job array with ``array: N``."""
         incoming = JobSubmitSerializer(data=request.data)
@@ -104,8 +145,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = JobSerializer(created, many=True).data if array_id else JobSerializer(created[0]).data
         return Response(body, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: JobSerializer})
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        summary="Cancel a pending or running job",
+        request=None,
+        responses={200: JobSerializer, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         try:
@@ -115,3 +160,65 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         except job_service.PermissionDenied as exc:
             raise DRFPermissionDenied(str(exc)) from exc
         return Response(JobSerializer(job).data)
+
+    @extend_schema(
+        summary="Submit a copy of this job with the same spec (a new job, queued now)",
+        request=None,
+        responses={201: JobSerializer, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def resubmit(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        spec = job_service.JobSpec(
+            name=job.name,
+            command=job.command,
+            priority_class=job.priority_class,
+            num_devices=job.num_devices,
+            vnpu_template=job.vnpu_template.name if job.vnpu_template else None,
+            chip_model=job.chip_model or None,
+            estimated_duration_s=job.estimated_duration_s,
+            max_duration_s=job.max_duration_s,
+        )
+        try:
+            copy = job_service.submit_job(team=job.team, user=request.user, spec=spec)
+        except job_service.SubmissionError as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        except job_service.PermissionDenied as exc:
+            raise DRFPermissionDenied(str(exc)) from exc
+        return Response(JobSerializer(copy).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Why this job is where it is in the queue: its priority breakdown",
+        responses={200: OpenApiTypes.OBJECT, **error_responses(400, 401, 404, 501)},
+    )
+    @action(detail=True, methods=["get"], filterset_class=None)
+    def explain(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        explain = _explainer()
+        if explain is None:
+            return error_response(501, "this server has no priority explanation (scheduling.engine.explain)")
+        if job.is_final:
+            raise ValidationError({"state": [f"job is {job.state}; only pending and running jobs are ranked"]})
+        from quotas.services import active_policy
+        from scheduling.services.snapshot import load_snapshot
+
+        snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
+        try:
+            breakdown = explain(snapshot, job.pk)
+        except KeyError as exc:  # it ended between the two reads
+            raise ValidationError({"state": ["job is no longer pending or running"]}) from exc
+        return Response(json_safe(breakdown))
+
+
+def _explainer() -> Callable[..., Any] | None:
+    """``scheduling.engine.explain.explain(snapshot, job_id)``, or ``None`` where it does not exist (yet)."""
+    try:
+        module = importlib.import_module("scheduling.engine.explain")
+    except ModuleNotFoundError as exc:
+        if exc.name != "scheduling.engine.explain":
+            raise
+        # Perhaps a function of the package itself rather than a module of its own.
+        found = getattr(importlib.import_module("scheduling.engine"), "explain", None)
+        return found if callable(found) else None
+    found = getattr(module, "explain", None)
+    return found if callable(found) else None

@@ -1,0 +1,25 @@
+"""FilterSets of the devices API (query parameters of the list endpoints)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from devices.models import Device, Node
+
+
+class NodeFilterSet(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=Node.State.choices)
+    chip_model = django_filters.CharFilter(field_name="devices__chip_model", distinct=True)
+
+    class Meta:
+        model = Node
+        fields = ["state", "reachable", "chip_model"]
+
+
+class DeviceFilterSet(django_filters.FilterSet):
+    node = django_filters.CharFilter(field_name="node__name")
+    health = django_filters.MultipleChoiceFilter(choices=Device.Health.choices)
+
+    class Meta:
+        model = Device
+        fields = ["node", "chip_model", "health", "schedulable", "topology_group"]

@@ -1,0 +1,99 @@
+"""Serializers of the devices API. Agent tokens are never serialized; agent URLs only to admins."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from devices.models import Device, Node
+
+
+class DeviceSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name", read_only=True)
+    busy = serializers.BooleanField(read_only=True, help_text="Holds at least one running allocation")
+    usable = serializers.BooleanField(read_only=True, help_text="May take new work (schedulable and healthy)")
+
+    class Meta:
+        model = Device
+        fields = [
+            "id",
+            "node",
+            "index",
+            "chip_model",
+            "hbm_mb",
+            "ai_cores",
+            "ai_cpus",
+            "topology_group",
+            "health",
+            "health_detail",
+            "schedulable",
+            "usable",
+            "busy",
+            "temp_c",
+            "power_w",
+            "aicore_pct",
+            "hbm_used_mb",
+            "ecc_errors",
+            "last_seen",
+        ]
+        read_only_fields = fields
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    agent_url = serializers.SerializerMethodField(help_text="Admins only; null for everyone else")
+    chip_models = serializers.SerializerMethodField()
+    devices_total = serializers.SerializerMethodField()
+    devices_free = serializers.SerializerMethodField(help_text="Usable and holding no allocation")
+    devices_busy = serializers.SerializerMethodField()
+    devices_unhealthy = serializers.SerializerMethodField(help_text="Degraded, failed or unknown health")
+
+    class Meta:
+        model = Node
+        fields = [
+            "name",
+            "state",
+            "reachable",
+            "missed_polls",
+            "last_heartbeat",
+            "labels",
+            "agent_url",
+            "chip_models",
+            "devices_total",
+            "devices_free",
+            "devices_busy",
+            "devices_unhealthy",
+        ]
+        read_only_fields = fields
+
+    def _devices(self, obj: Node) -> list[Device]:
+        return list(obj.devices.all())  # prefetched by the view
+
+    def get_agent_url(self, obj: Node) -> str | None:
+        request = self.context.get("request")
+        return obj.agent_url if request is not None and request.user.is_staff else None
+
+    def get_chip_models(self, obj: Node) -> list[str]:
+        return sorted({d.chip_model for d in self._devices(obj)})
+
+    def get_devices_total(self, obj: Node) -> int:
+        return len(self._devices(obj))
+
+    def get_devices_free(self, obj: Node) -> int:
+        return sum(1 for d in self._devices(obj) if d.usable and not getattr(d, "busy", False))
+
+    def get_devices_busy(self, obj: Node) -> int:
+        return sum(1 for d in self._devices(obj) if getattr(d, "busy", False))
+
+    def get_devices_unhealthy(self, obj: Node) -> int:
+        return sum(1 for d in self._devices(obj) if d.health not in Device.USABLE_HEALTH)
+
+
+class NodeDetailSerializer(NodeSerializer):
+    devices = DeviceSerializer(many=True, read_only=True)
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "devices"]
+        read_only_fields = fields
+
+
+class NodeOperationSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")

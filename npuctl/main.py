@@ -1,0 +1,559 @@
+"""``npuctl``: submit and watch jobs, see quotas, nodes and usage, manage the policy.
+
+Exit codes (a contract with scripts):
+  0 ok · 1 the API refused (bad input, not found) · 2 usage error ·
+  3 cannot reach the server, or a server error · 4 not signed in / not allowed.
+
+Human tables by default; ``--json`` prints the API's JSON as it came.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from npuctl import __version__
+from npuctl.client import AuthFailed, Client, Refused, Unreachable
+from npuctl.durations import format_duration, parse_duration
+from npuctl.tables import table, when
+
+OK, REFUSED, USAGE, UNREACHABLE, AUTH = 0, 1, 2, 3, 4
+ACTIVE_STATES = ["pending", "running"]
+STATES = ["pending", "running", "completed", "failed", "cancelled", "preempted"]
+_VERSION_REF = re.compile(r"^(v?\d+|active)$")
+
+
+def _out(text: str = "") -> None:
+    print(text, file=sys.stdout)
+
+
+def _err(text: str) -> None:
+    print(f"npuctl: {text}", file=sys.stderr)
+
+
+def _json(data: Any) -> None:
+    _out(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _job_id(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a number, as `npuctl queue` shows)")
+    return int(text)
+
+
+def _month(text: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}", text) or not 1 <= int(text[5:]) <= 12:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a month like 2026-11")
+    return text
+
+
+# -- commands ------------------------------------------------------------------
+
+
+def cmd_submit(api: Client, args: argparse.Namespace) -> int:
+    command = args.command_text or " ".join(args.argv).strip()
+    if not command:
+        raise _UsageError("give the command with --command CMD or after `--`, e.g. npuctl submit -- python train.py")
+    name = args.name or os.path.basename(command.split()[0])[:200]
+    body: dict[str, Any] = {"name": name, "command": command, "num_devices": args.devices}
+    for key, value in (
+        ("team", args.team),
+        ("chip_model", args.chip),
+        ("vnpu_template", args.vnpu),
+        ("priority_class", args.pclass),
+        ("estimated_duration_s", args.time),
+        ("max_duration_s", args.max_time),
+        ("array", args.array),
+    ):
+        if value is not None:
+            body[key] = value
+    created = api.post("jobs/", body)
+    if args.json:
+        _json(created)
+        return OK
+    jobs = created if isinstance(created, list) else [created]
+    if args.array:
+        _out(f"submitted job array {jobs[0]['array_id']}: " + " ".join(str(j["id"]) for j in jobs))
+    else:
+        _out(f"submitted job {jobs[0]['id']} ({jobs[0]['state']})")
+    return OK
+
+
+def _dev(job: dict[str, Any]) -> str:
+    if job.get("vnpu_template"):
+        return f"{job['vnpu_template']}@{job.get('chip_model') or '?'}"
+    chip = job.get("chip_model")
+    return f"{job['num_devices']}x{chip}" if chip else str(job["num_devices"])
+
+
+def cmd_queue(api: Client, args: argparse.Namespace) -> int:
+    states = [s for group in (args.state or []) for s in group.split(",") if s] or ACTIVE_STATES
+    params: dict[str, Any] = {"state": None if "all" in states else states, "team": args.team, "user": args.user}
+    unknown = [s for s in states if s not in [*STATES, "all"]]
+    if unknown:
+        raise _UsageError(f"--state {unknown[0]!r}: one of {', '.join(STATES)} or all")
+    jobs = api.get_all("jobs/", limit=200, **params)
+    if args.json:
+        _json(jobs)
+        return OK
+    rows = [
+        (
+            j["id"],
+            j["name"][:24],
+            j["team"],
+            j["submitter"],
+            j["priority_class"],
+            _dev(j),
+            j["state"],
+            j["pending_reason"] if j["state"] == "pending" else "",
+            when(j.get("estimated_start")) if j["state"] == "pending" else "",
+        )
+        for j in sorted(jobs, key=lambda j: (j["state"] != "running", j["id"]))
+    ]
+    headers = ("JOBID", "NAME", "TEAM", "USER", "CLASS", "DEV", "STATE", "REASON", "EST_START")
+    _out(table(headers, rows, right=("JOBID",)))
+    return OK
+
+
+def cmd_cancel(api: Client, args: argparse.Namespace) -> int:
+    worst = OK
+    results = []
+    for job_id in args.jobs:
+        try:
+            job = api.post(f"jobs/{job_id}/cancel/")
+        except (Refused, AuthFailed) as exc:
+            _err(f"job {job_id}: " + ("not found (or not your team's)" if exc.status == 404 else str(exc)))
+            worst = max(worst, AUTH if isinstance(exc, AuthFailed) else REFUSED)
+            continue
+        results.append(job)
+        if not args.json:
+            _out(f"cancelled job {job_id}")
+    if args.json:
+        _json(results)
+    return worst
+
+
+def cmd_show(api: Client, args: argparse.Namespace) -> int:
+    try:
+        job = api.get(f"jobs/{args.job}/")
+    except Refused as exc:
+        if exc.status == 404:
+            raise Refused(f"job {args.job}: not found (or not your team's)", 404) from exc
+        raise
+    if args.json:
+        _json(job)
+        return OK
+    fields = [
+        ("job", f"{job['id']} {job['name']}"),
+        ("state", job["state"] + (f" (exit {job['exit_code']})" if job.get("exit_code") is not None else "")),
+        ("team / user", f"{job['team']} / {job['submitter']}"),
+        ("class", job["priority_class"]),
+        ("devices", _dev(job)),
+        ("command", job["command"]),
+        (
+            "time",
+            f"estimated {format_duration(job['estimated_duration_s'])}, max {format_duration(job['max_duration_s'])}",
+        ),
+        ("submitted", when(job["submitted_at"], seconds=True)),
+        ("started", when(job["started_at"], seconds=True)),
+        ("ended", when(job["ended_at"], seconds=True)),
+    ]
+    if job["state"] == "pending":
+        reason = job["pending_reason"] + (f": {job['pending_reason_text']}" if job.get("pending_reason_text") else "")
+        fields.append(("waiting", reason + (f" ({job['pending_detail']})" if job.get("pending_detail") else "")))
+        fields.append(("est. start", when(job.get("estimated_start"))))
+    if job.get("array_id"):
+        fields.append(("array", f"{job['array_id']}[{job['array_index']}]"))
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        _out(f"{key:<{width}}  {value}")
+    _out()
+    _out("events:")
+    _out(
+        table(
+            ("AT", "FROM", "TO", "REASON", "DETAIL"),
+            [
+                (when(e["at"], seconds=True), e["from_state"], e["to_state"], e["reason"], e["detail"])
+                for e in job["events"]
+            ],
+        )
+    )
+    if job["allocations"]:
+        _out()
+        _out("allocations:")
+        _out(
+            table(
+                ("NODE", "DEVICE", "CHIP", "SLICE", "SHARE", "START", "END"),
+                [
+                    (
+                        a["node"],
+                        a["device_index"],
+                        a["chip_model"],
+                        a["vnpu_template"],
+                        a["device_share"],
+                        when(a["start"], seconds=True),
+                        when(a["end"], seconds=True),
+                    )
+                    for a in job["allocations"]
+                ],
+            )
+        )
+    return OK
+
+
+def _my_team(api: Client, team: str | None, *, leads_only: bool = False) -> list[str]:
+    if team:
+        return [team]
+    teams = api.get_all("teams/")
+    if leads_only:
+        led = [t["name"] for t in teams if t.get("my_role") in ("lead", "admin")]
+        if led:
+            return led
+    if len(teams) == 1 or (teams and leads_only):
+        return [teams[0]["name"]]
+    if not teams:
+        raise _Refusal("you belong to no team")
+    raise _UsageError("you are in several teams; name one with --team (" + ", ".join(t["name"] for t in teams) + ")")
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "-"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def cmd_quota(api: Client, args: argparse.Namespace) -> int:
+    (name,) = _my_team(api, args.team)
+    team = api.get(f"teams/{name}/")
+    if args.json:
+        _json(team)
+        return OK
+    quota = team["quota"]
+    version = quota.get("policy_version")
+    _out(
+        f"team {name}: schedule {quota['schedule'] or '(base)'} in force at {quota['at'][:16].replace('T', ' ')} "
+        f"({quota['timezone']}), policy v{version if version is not None else '-'}"
+    )
+    keys = sorted({*quota["guaranteed"], *quota["max"], *quota["in_use"]}, key=lambda k: (k != "devices", k))
+    rows = [
+        (
+            key,
+            _number(quota["guaranteed"].get(key)),
+            _number(quota["max"].get(key)) if key in quota["max"] else "no cap",
+            _number(quota["in_use"].get(key, 0)),
+        )
+        for key in keys
+    ]
+    _out(table(("RESOURCE", "GUARANTEED", "MAX", "USED NOW"), rows, right=("GUARANTEED", "MAX", "USED NOW")))
+    extra = []
+    if quota.get("maxConcurrentJobs") is not None:
+        extra.append(f"max concurrent jobs {quota['maxConcurrentJobs']}")
+    if quota.get("maxJobDuration"):
+        extra.append(f"max job duration {quota['maxJobDuration']}")
+    if quota.get("deviceHoursPerMonth") is not None:
+        extra.append(f"device-hours per month {_number(quota['deviceHoursPerMonth'])}")
+    classes = quota.get("allowedPriorityClasses")
+    extra.append("classes " + (", ".join(classes) if classes else "all"))
+    _out("; ".join(extra))
+    return OK
+
+
+def cmd_nodes(api: Client, args: argparse.Namespace) -> int:
+    nodes = api.get_all("nodes/")
+    if args.json:
+        _json(nodes)
+        return OK
+    rows = [
+        (
+            n["name"],
+            n["state"] if n["reachable"] else f"{n['state']}*",
+            ",".join(n["chip_models"]),
+            n["devices_total"],
+            n["devices_free"],
+            n["devices_busy"],
+            n["devices_unhealthy"],
+        )
+        for n in nodes
+    ]
+    _out(
+        table(
+            ("NODE", "STATE", "CHIP", "TOTAL", "FREE", "BUSY", "UNHEALTHY"),
+            rows,
+            right=("TOTAL", "FREE", "BUSY", "UNHEALTHY"),
+        )
+    )
+    if any(not n["reachable"] for n in nodes):
+        _out("* agent not answering")
+    return OK
+
+
+def cmd_usage(api: Client, args: argparse.Namespace) -> int:
+    names = _my_team(api, args.team, leads_only=True)
+    results = [api.get(f"teams/{name}/usage/", month=args.month) for name in names]
+    if args.json:
+        _json(results if len(results) > 1 or not args.team else results[0])
+        return OK
+    rows = []
+    for usage in results:
+        for chip, hours in sorted(usage["device_hours"].items()):
+            rows.append((usage["team"], usage["month"], chip, f"{hours:.1f}"))
+        budget = usage.get("device_hours_per_month")
+        total = f"{usage['total_device_hours']:.1f}" + (f" of {_number(budget)}" if budget is not None else "")
+        rows.append((usage["team"], usage["month"], "total", total))
+    _out(table(("TEAM", "MONTH", "CHIP", "DEVICE-HOURS"), rows, right=("DEVICE-HOURS",)))
+    if len(results) == 1:
+        _out(f"running jobs {results[0]['running_jobs']}, pending jobs {results[0]['pending_jobs']}")
+    return OK
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise _UsageError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _print_issues(issues: list[dict[str, Any]]) -> None:
+    for issue in issues:
+        where = f" (line {issue['line']})" if issue.get("line") else ""
+        path = f"{issue['path']}: " if issue.get("path") else ""
+        _out(f"{issue['severity']}: {path}{issue['message']}{where}")
+
+
+def cmd_policy_validate(api: Client, args: argparse.Namespace) -> int:
+    result = api.post("policies/validate/", {"yaml": _read(args.file)})
+    if args.json:
+        _json(result)
+    else:
+        _print_issues(result["issues"])
+        errors = sum(1 for i in result["issues"] if i["severity"] == "error")
+        warnings = len(result["issues"]) - errors
+        _out(f"invalid: {errors} error(s), {warnings} warning(s)" if errors else f"valid ({warnings} warning(s))")
+    return OK if result["valid"] else REFUSED
+
+
+def _invalid_policy(exc: Refused) -> int:
+    issues = (exc.body or {}).get("details", {}).get("issues") if isinstance(exc.body, dict) else None
+    if issues:
+        _print_issues(issues)
+    _err(str(exc))
+    return REFUSED
+
+
+def cmd_policy_apply(api: Client, args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    if args.dry_run:
+        try:
+            result = api.post("policies/dry-run/", {"yaml": text, "days": args.days})
+        except Refused as exc:
+            return _invalid_policy(exc)
+        if args.json:
+            _json(result)
+            return OK
+        _print_issues(result["issues"])
+        _out("changes:")
+        for change in result["changes"] or ["(none)"]:
+            _out(f"  {change}")
+        _out(f"dry run over {result['source']}: {result['jobs']} job(s)")
+        rows = []
+        for team, d in result["comparison"]["teams"].items():
+            rows.append((team, *(_arrow(d[k]) for k in ("device_hours", "wait_p50_s", "wait_p95_s", "preemptions"))))
+        _out(table(("TEAM", "DEVICE-HOURS", "WAIT P50 (S)", "WAIT P95 (S)", "PREEMPTIONS"), rows))
+        _out("dry run: nothing was stored")
+        return OK
+    if not args.comment:
+        raise _UsageError("apply needs --comment saying why (it is kept in the history); or use --dry-run")
+    try:
+        created = api.post("policies/", {"yaml": text, "comment": args.comment})
+    except Refused as exc:
+        return _invalid_policy(exc)
+    if args.json:
+        _json(created)
+        return OK
+    _print_issues(created["issues"])
+    _out(f"applied as v{created['version']} (active from the next tick)")
+    for change in created["changes"]:
+        _out(f"  {change}")
+    return OK
+
+
+def _arrow(cell: dict[str, Any]) -> str:
+    def fmt(v: Any) -> str:
+        return "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))
+
+    delta = cell.get("delta")
+    sign = "+" if isinstance(delta, int | float) and delta > 0 else ""
+    return f"{fmt(cell.get('a'))} → {fmt(cell.get('b'))} ({sign}{fmt(delta)})"
+
+
+def cmd_policy_diff(api: Client, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {}
+    for side, ref in (("a", args.a), ("b", args.b)):
+        if _VERSION_REF.match(ref) and not os.path.exists(ref):
+            body[side] = ref
+        else:
+            body[f"{side}_yaml"] = _read(ref)
+    try:
+        result = api.post("policies/diff/", body)
+    except Refused as exc:
+        return _invalid_policy(exc)
+    if args.json:
+        _json(result)
+        return OK
+    lines = result["changes"]
+    a = args.a if "a_yaml" in body else result["a"]
+    b = args.b if "b_yaml" in body else result["b"]
+    _out(f"{a} → {b}: " + (f"{len(lines)} change(s)" if lines else "no change in meaning"))
+    for line in lines:
+        _out(f"  {line}")
+    if result["diff"]:
+        _out(result["diff"].rstrip("\n"))
+    return OK
+
+
+# -- the parser ------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Refusal(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="npuctl",
+        description="Command line of npuportal. Reads NPUPORTAL_URL (default http://127.0.0.1:8000) "
+        "and NPUPORTAL_TOKEN (an API token: make one with POST /api/v1/tokens/ or in the console).",
+        epilog="exit codes: 0 ok, 1 refused by the API, 2 usage error, 3 server unreachable or failing, "
+        "4 not signed in or not allowed",
+    )
+    parser.add_argument("--version", action="version", version=f"npuctl {__version__}")
+    parser.add_argument("--url", help="server URL (default $NPUPORTAL_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--token", help="API token (default $NPUPORTAL_TOKEN)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the server (default 30)")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def command(
+        name: str, handler: Callable[[Client, argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("submit", cmd_submit, "submit a job (or an array of N jobs)")
+    p.add_argument("--name", help="job name (default: the command's program name)")
+    p.add_argument("--command", dest="command_text", metavar="CMD", help="the command line to run")
+    p.add_argument("--devices", "-n", type=_positive, default=1, metavar="N", help="whole cards (default 1)")
+    p.add_argument("--chip", metavar="MODEL", help="chip model, e.g. 910B4")
+    p.add_argument("--vnpu", metavar="TEMPLATE", help="a vNPU slice instead of whole cards, e.g. vir02")
+    p.add_argument("--class", dest="pclass", metavar="CLASS", help="priority class (default: the policy's default)")
+    p.add_argument("--time", "-t", type=_duration, metavar="DURATION", help="estimated run time, e.g. 2h (default 1h)")
+    p.add_argument("--max-time", type=_duration, metavar="DURATION", help="hard limit, e.g. 1d")
+    p.add_argument("--team", help="team (needed when you are in several)")
+    p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, after --")
+
+    p = command("queue", cmd_queue, "pending and running jobs, like squeue")
+    p.add_argument("--state", action="append", metavar="STATE", help="state(s), comma-separated or repeated; 'all'")
+    p.add_argument("--team")
+    p.add_argument("--user")
+
+    p = command("cancel", cmd_cancel, "cancel jobs")
+    p.add_argument("jobs", nargs="+", type=_job_id, metavar="JOB")
+
+    p = command("show", cmd_show, "one job: details, events and allocations")
+    p.add_argument("job", type=_job_id, metavar="JOB")
+
+    p = command("quota", cmd_quota, "your team's quota in force now and what it uses")
+    p.add_argument("--team")
+
+    command("nodes", cmd_nodes, "nodes and their devices, like sinfo")
+
+    p = command("usage", cmd_usage, "device-hours per chip model in a month (team leads and admins)")
+    p.add_argument("--month", type=_month, metavar="YYYY-MM", help="default: this month")
+    p.add_argument("--team")
+
+    policy = sub.add_parser("policy", help="validate, apply or diff the scheduling policy (admins)")
+    psub = policy.add_subparsers(dest="policy_cmd", required=True, metavar="ACTION")
+
+    def policy_command(
+        name: str, handler: Callable[[Client, argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
+        p = psub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = policy_command("validate", cmd_policy_validate, "check a policy file against the cluster")
+    p.add_argument("file")
+    p = policy_command("apply", cmd_policy_apply, "store a policy file as the new active version")
+    p.add_argument("file")
+    p.add_argument("--comment", "-m", help="why (required unless --dry-run)")
+    p.add_argument("--dry-run", action="store_true", help="replay recorded jobs under both policies; store nothing")
+    p.add_argument("--days", type=_positive, default=7, help="dry run: days of jobs to replay (default 7)")
+    p = policy_command("diff", cmd_policy_diff, "what changed between two versions (numbers, 'active') or files")
+    p.add_argument("a")
+    p.add_argument("b")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
+        return exc.code if isinstance(exc.code, int) else USAGE
+    if getattr(args, "argv", None) and args.argv[0] == "--":
+        args.argv = args.argv[1:]
+    api = Client(args.url, args.token, timeout=args.timeout)
+    try:
+        return args.handler(api, args)
+    except _UsageError as exc:
+        _err(str(exc))
+        return USAGE
+    except _Refusal as exc:
+        _err(str(exc))
+        return REFUSED
+    except AuthFailed as exc:
+        _err(f"{exc} (HTTP {exc.status})")
+        return AUTH
+    except Refused as exc:
+        _err(str(exc))
+        return REFUSED
+    except Unreachable as exc:
+        _err(str(exc))
+        return UNREACHABLE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

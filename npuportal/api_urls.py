@@ -1,0 +1,33 @@
+"""Every route of the REST API (``/api/v1/``), in one router.
+
+Each app's viewsets are registered here, and the jobs routes of
+``scheduling.api.urls`` are taken over as they are, so the API root lists every
+endpoint and the OpenAPI schema is generated from one place.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import re_path
+from rest_framework.routers import DefaultRouter
+
+from devices.api.views import DeviceViewSet, NodeViewSet
+from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
+from scheduling.api.urls import router as scheduling_router
+
+router = DefaultRouter()
+for prefix, viewset, basename in scheduling_router.registry:
+    router.register(prefix, viewset, basename=basename)
+router.register("teams", TeamViewSet, basename="team")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("devices", DeviceViewSet, basename="device")
+router.register("policies", PolicyViewSet, basename="policy")
+router.register("tokens", ApiTokenViewSet, basename="token")
+
+
+def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    """Unknown paths under the API answer in the API's error shape, not with an HTML page."""
+    return JsonResponse({"error": f"no API endpoint at {request.path}", "field": None}, status=404)
+
+
+urlpatterns = [*router.urls, re_path(r"^.*/$", not_found)]

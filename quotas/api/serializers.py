@@ -1,0 +1,220 @@
+"""Serializers of the quotas API: teams with quota/usage/members, policy versions, API tokens."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from rest_framework import serializers
+
+from quotas.models import ApiToken, Membership, Policy, Team
+
+#: The longest policy text the API accepts (the console uses the same bound).
+MAX_POLICY_CHARS = 200_000
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as plain JSON: dataclasses and tuples unpacked, NaN/∞ as null, times as ISO text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_safe(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
+        return [json_safe(v) for v in items]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+# -- teams --------------------------------------------------------------------
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    department = serializers.CharField(source="department.name", default=None, read_only=True)
+    my_role = serializers.SerializerMethodField(help_text="Your role in the team: admin, lead or member")
+
+    class Meta:
+        model = Team
+        fields = ["name", "department", "description", "my_role"]
+        read_only_fields = fields
+
+    def get_my_role(self, obj: Team) -> str | None:
+        user = self.context["request"].user
+        if user.is_staff:
+            return "admin"
+        return getattr(obj, "member_role", None)
+
+
+class TeamQuotaSerializer(serializers.Serializer):
+    """The team's quota in force now (the shape of ``policy effective``) and what it holds now."""
+
+    at = serializers.CharField(help_text="Now, on the policy's clock")
+    timezone = serializers.CharField()
+    policy_version = serializers.IntegerField(allow_null=True)
+    schedule = serializers.CharField(allow_null=True, help_text="The schedule in force; null for the base quota")
+    guaranteed = serializers.DictField(child=serializers.FloatField())
+    max = serializers.DictField(child=serializers.FloatField(), help_text="A resource not listed has no cap")
+    maxConcurrentJobs = serializers.IntegerField(allow_null=True)
+    deviceHoursPerMonth = serializers.FloatField(allow_null=True)
+    maxJobDuration = serializers.CharField(allow_null=True)
+    allowedPriorityClasses = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    in_use = serializers.DictField(child=serializers.FloatField(), help_text="Card equivalents held right now")
+
+
+class TeamUsageSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM on the policy's clock")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(help_text="End of the counted window: the month's end, or now")
+    device_hours = serializers.DictField(child=serializers.FloatField(), help_text="Card-equivalent hours per chip")
+    total_device_hours = serializers.FloatField()
+    device_hours_per_month = serializers.FloatField(allow_null=True, help_text="The team's monthly budget, if any")
+    running_jobs = serializers.IntegerField()
+    pending_jobs = serializers.IntegerField()
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username")
+    full_name = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Membership
+        fields = ["username", "full_name", "role"]
+        read_only_fields = fields
+
+    def get_full_name(self, obj: Membership) -> str:
+        return obj.user.get_full_name()
+
+
+class TeamDetailSerializer(TeamSerializer):
+    quota = TeamQuotaSerializer(read_only=True)
+    usage = TeamUsageSerializer(read_only=True, allow_null=True, help_text="Leads and admins only; null otherwise")
+    members = MemberSerializer(many=True, read_only=True, allow_null=True, help_text="Leads and admins only")
+
+    class Meta(TeamSerializer.Meta):
+        fields = [*TeamSerializer.Meta.fields, "quota", "usage", "members"]
+        read_only_fields = fields
+
+
+# -- policies -----------------------------------------------------------------
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    active = serializers.BooleanField(source="is_active", read_only=True)
+    author = serializers.CharField(source="author.username", default=None, read_only=True)
+
+    class Meta:
+        model = Policy
+        fields = ["version", "active", "author", "comment", "created", "activated_at"]
+        read_only_fields = fields
+
+
+class PolicyDetailSerializer(PolicySerializer):
+    class Meta(PolicySerializer.Meta):
+        fields = [*PolicySerializer.Meta.fields, "yaml_text"]
+        read_only_fields = fields
+
+
+class PolicyIssueSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="Where in the document, e.g. spec.teams[0].quota.max")
+    message = serializers.CharField()
+    severity = serializers.ChoiceField(choices=["error", "warning"])
+    line = serializers.IntegerField(allow_null=True)
+
+
+class PolicyTextSerializer(serializers.Serializer):
+    yaml = serializers.CharField(
+        max_length=MAX_POLICY_CHARS, trim_whitespace=False, help_text="The policy document as YAML text"
+    )
+
+
+class PolicyValidationSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    issues = PolicyIssueSerializer(many=True)
+
+
+class PolicyDryRunRequestSerializer(PolicyTextSerializer):
+    days = serializers.IntegerField(min_value=1, max_value=90, default=7, help_text="Replay this many days of jobs")
+
+
+class PolicyDryRunSerializer(serializers.Serializer):
+    changes = serializers.ListField(child=serializers.CharField(), help_text="What changes in meaning")
+    issues = PolicyIssueSerializer(many=True, help_text="Warnings about the candidate")
+    source = serializers.CharField()
+    jobs = serializers.IntegerField(help_text="Jobs replayed")
+    current = serializers.JSONField(help_text="Metrics under the active policy")
+    candidate = serializers.JSONField(help_text="Metrics under the candidate")
+    comparison = serializers.JSONField(help_text="Per team and overall: a (current), b (candidate), delta")
+
+
+class PolicyCreateSerializer(PolicyTextSerializer):
+    comment = serializers.CharField(max_length=500, help_text="Why: kept in the history")
+
+
+class PolicyCreatedSerializer(PolicyDetailSerializer):
+    changes = serializers.ListField(child=serializers.CharField(), read_only=True)
+    issues = PolicyIssueSerializer(many=True, read_only=True, help_text="Warnings (errors would have refused it)")
+
+    class Meta(PolicyDetailSerializer.Meta):
+        fields = [*PolicyDetailSerializer.Meta.fields, "changes", "issues"]
+        read_only_fields = fields
+
+
+class PolicyActivateSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+_REF_HELP = "A version number or 'active'"
+
+
+class PolicyDiffRequestSerializer(serializers.Serializer):
+    """Each side is a stored version (``a``/``b``) or a text (``a_yaml``/``b_yaml``)."""
+
+    a = serializers.RegexField(r"^(v?\d{1,9}|active)$", required=False, help_text=_REF_HELP)
+    b = serializers.RegexField(r"^(v?\d{1,9}|active)$", required=False, help_text=_REF_HELP)
+    a_yaml = serializers.CharField(required=False, max_length=MAX_POLICY_CHARS, trim_whitespace=False)
+    b_yaml = serializers.CharField(required=False, max_length=MAX_POLICY_CHARS, trim_whitespace=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        for side in ("a", "b"):
+            given = [k for k in (side, f"{side}_yaml") if attrs.get(k) is not None]
+            if len(given) != 1:
+                raise serializers.ValidationError({side: [f"give exactly one of {side} (a version) or {side}_yaml"]})
+        return attrs
+
+
+class PolicyDiffSerializer(serializers.Serializer):
+    a = serializers.CharField(help_text="Label of the old side, e.g. v3")
+    b = serializers.CharField()
+    changes = serializers.ListField(child=serializers.CharField(), help_text="What changed in meaning")
+    diff = serializers.CharField(help_text="Unified diff of the texts; empty when equal")
+
+
+# -- tokens -------------------------------------------------------------------
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created", "last_used"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="What the token is for, e.g. 'laptop' or 'ci'")
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    key = serializers.CharField(read_only=True, help_text="The secret; shown this once, never again")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "key"]
+        read_only_fields = fields

@@ -1,0 +1,361 @@
+"""Teams, policy versions and API tokens. Views check input and roles, then call the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
+from quotas.api.errors import error_response, error_responses
+from quotas.api.filtersets import PolicyFilterSet, TeamFilterSet
+from quotas.api.permissions import ADMIN, LEAD, IsAdmin, require_lead, visible_teams
+from quotas.api.serializers import (
+    ApiTokenCreatedSerializer,
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    MemberSerializer,
+    PolicyActivateSerializer,
+    PolicyCreatedSerializer,
+    PolicyCreateSerializer,
+    PolicyDetailSerializer,
+    PolicyDiffRequestSerializer,
+    PolicyDiffSerializer,
+    PolicyDryRunRequestSerializer,
+    PolicyDryRunSerializer,
+    PolicySerializer,
+    PolicyTextSerializer,
+    PolicyValidationSerializer,
+    TeamDetailSerializer,
+    TeamSerializer,
+    TeamUsageSerializer,
+    json_safe,
+)
+from quotas.models import ApiToken, Membership, Policy, Team
+from quotas.services import ActivePolicy, activate_version, active_policy, cluster_facts, create_version
+from scheduling.engine.policy import (
+    PolicyError,
+    PolicyIssue,
+    diff_policies,
+    effective_quotas,
+    load_policy,
+    parse_policy,
+    quota_at,
+    semantic_diff,
+)
+from scheduling.services.usage import UsageError, devices_in_use, team_usage
+
+MONTH_PARAM = OpenApiParameter(
+    "month", OpenApiTypes.STR, description="YYYY-MM on the policy's clock; default this month", pattern=r"^\d{4}-\d{2}$"
+)
+
+
+def _issues(issues: list[PolicyIssue]) -> list[dict[str, Any]]:
+    return [{"path": i.path, "message": i.message, "severity": i.severity, "line": i.line} for i in issues]
+
+
+def _invalid(issues: list[PolicyIssue]) -> Response:
+    errors = [i for i in issues if i.severity == "error"]
+    first = f"; first: {errors[0]}" if errors else ""
+    return error_response(
+        400, f"invalid policy ({len(errors)} error(s)){first}", field="yaml", details={"issues": _issues(issues)}
+    )
+
+
+def _check(text: str) -> tuple[Any, list[PolicyIssue]]:
+    """Parse ``text`` against this cluster's chips and capacity: ``(policy or None, issues)``."""
+    chips, capacity = cluster_facts()
+    return load_policy(text, chip_models=chips or None, capacity=capacity if chips else None)
+
+
+# -- teams --------------------------------------------------------------------
+
+
+def team_quota(team: Team, active: ActivePolicy, now: Any) -> dict[str, Any]:
+    result = effective_quotas(active.policy, now, [team.name])
+    quota = result["teams"][team.name]  # type: ignore[index]
+    return {
+        "at": result["at"],
+        "timezone": active.policy.timezone,
+        "policy_version": active.version,
+        **quota,
+        "in_use": devices_in_use(team),
+    }
+
+
+def usage_body(team: Team, active: ActivePolicy, month: str | None, now: Any) -> dict[str, Any]:
+    try:
+        usage = team_usage(team, active.policy, month=month, now=now)
+    except UsageError as exc:
+        raise ValidationError({exc.field: [exc.message]}) from exc
+    budget = quota_at(active.policy, team.name, now)[0].device_hours_per_month
+    return {**usage.as_dict(), "device_hours_per_month": budget}
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Your teams (admins: all)", responses={200: TeamSerializer, **error_responses(401)}),
+)
+class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = TeamSerializer
+    filterset_class = TeamFilterSet
+    lookup_field = "name"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+
+    def get_queryset(self) -> QuerySet[Team]:
+        if getattr(self, "swagger_fake_view", False):
+            return Team.objects.none()
+        user = self.request.user
+        role = Membership.objects.filter(team=OuterRef("pk"), user=user).values("role")[:1]
+        return visible_teams(user).annotate(member_role=Subquery(role)).order_by("name")
+
+    def _role(self, team: Team) -> str | None:
+        return ADMIN if self.request.user.is_staff else getattr(team, "member_role", None)
+
+    @extend_schema(
+        summary="A team: its quota now; usage and members for leads and admins",
+        responses={200: TeamDetailSerializer, **error_responses(401, 404)},
+    )
+    def retrieve(self, request: Request, name: str | None = None) -> Response:
+        team = self.get_object()
+        active = active_policy()
+        now = timezone.now()
+        body: dict[str, Any] = dict(TeamSerializer(team, context={"request": request}).data)
+        body["quota"] = team_quota(team, active, now)
+        if self._role(team) in (ADMIN, LEAD):
+            body["usage"] = usage_body(team, active, None, now)
+            body["members"] = MemberSerializer(team.memberships.select_related("user"), many=True).data
+        else:
+            body["usage"] = None
+            body["members"] = None
+        return Response(body)
+
+    @extend_schema(
+        summary="The team's device-hours in a month (leads and admins)",
+        parameters=[MONTH_PARAM],
+        responses={200: TeamUsageSerializer, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def usage(self, request: Request, name: str | None = None) -> Response:
+        team = self.get_object()
+        require_lead(request.user, team)
+        return Response(usage_body(team, active_policy(), request.query_params.get("month"), timezone.now()))
+
+    @extend_schema(
+        summary="The team's members (leads and admins)",
+        responses={200: MemberSerializer(many=True), **error_responses(401, 403, 404)},
+    )
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def members(self, request: Request, name: str | None = None) -> Response:
+        team = self.get_object()
+        require_lead(request.user, team)
+        return Response(MemberSerializer(team.memberships.select_related("user"), many=True).data)
+
+
+# -- policies -----------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Policy versions, newest first", responses={200: PolicySerializer, **error_responses(401, 403)}
+    ),
+    retrieve=extend_schema(
+        summary="One version with its YAML", responses={200: PolicyDetailSerializer, **error_responses(401, 403, 404)}
+    ),
+)
+class PolicyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Versioned scheduling policy; admins only."""
+
+    permission_classes = [IsAuthenticated, IsAdmin]
+    queryset = Policy.objects.select_related("author").order_by("-version")
+    filterset_class = PolicyFilterSet
+    lookup_field = "version"
+    lookup_value_regex = r"\d{1,9}"
+
+    def get_serializer_class(self) -> type:
+        return PolicyDetailSerializer if self.action == "retrieve" else PolicySerializer
+
+    @extend_schema(
+        summary="Store a new version and make it active",
+        request=PolicyCreateSerializer,
+        responses={201: PolicyCreatedSerializer, **error_responses(400, 401, 403)},
+    )
+    def create(self, request: Request) -> Response:
+        incoming = PolicyCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        text, comment = incoming.validated_data["yaml"], incoming.validated_data["comment"].strip()
+        if not comment:
+            raise ValidationError({"comment": ["say why you change the policy: the comment is kept in history"]})
+        candidate, issues = _check(text)
+        if candidate is None:
+            return _invalid(issues)
+        current = active_policy()
+        changes = semantic_diff(current.policy, candidate) if current.record else ["first policy"]
+        try:
+            record = create_version(text, author=request.user, comment=comment)
+        except PolicyError as exc:
+            return _invalid(exc.issues)
+        body = {**PolicyDetailSerializer(record).data, "changes": changes, "issues": _issues(issues)}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Make this version the active one (e.g. a rollback)",
+        request=PolicyActivateSerializer,
+        responses={200: PolicySerializer, **error_responses(400, 401, 403, 404)},
+    )
+    @action(detail=True, methods=["post"], filterset_class=None)
+    def activate(self, request: Request, version: str | None = None) -> Response:
+        record = self.get_object()
+        incoming = PolicyActivateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        if not record.is_active:
+            try:
+                record = activate_version(
+                    record.version, actor=request.user, comment=incoming.validated_data["comment"].strip()
+                )
+            except PolicyError as exc:
+                return _invalid(exc.issues)
+        return Response(PolicySerializer(record).data)
+
+    @extend_schema(
+        summary="Check a policy text against this cluster: every error and warning",
+        request=PolicyTextSerializer,
+        responses={200: PolicyValidationSerializer, **error_responses(400, 401, 403)},
+    )
+    @action(detail=False, methods=["post"], filterset_class=None)
+    def validate(self, request: Request) -> Response:
+        incoming = PolicyTextSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        candidate, issues = _check(incoming.validated_data["yaml"])
+        return Response({"valid": candidate is not None, "issues": _issues(issues)})
+
+    @extend_schema(
+        summary="Replay recorded jobs under the active and the candidate policy; stores nothing",
+        request=PolicyDryRunRequestSerializer,
+        responses={200: PolicyDryRunSerializer, **error_responses(400, 401, 403)},
+    )
+    @action(detail=False, methods=["post"], url_path="dry-run", filterset_class=None)
+    def dry_run(self, request: Request) -> Response:
+        from quotas.dryrun import dry_run
+
+        incoming = PolicyDryRunRequestSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        candidate, issues = _check(incoming.validated_data["yaml"])
+        if candidate is None:
+            return _invalid(issues)
+        current = active_policy()
+        changes = semantic_diff(current.policy, candidate) if current.record else ["first policy"]
+        try:
+            result = dry_run(current.policy, candidate, days=incoming.validated_data["days"])
+        except ValueError as exc:
+            return error_response(400, f"dry run: {exc}")
+        return Response(json_safe({"changes": changes, "issues": _issues(issues), **result}))
+
+    @extend_schema(
+        summary="What changed between two stored versions",
+        parameters=[
+            OpenApiParameter(
+                "a", OpenApiTypes.STR, description="Old side: a version number or 'active'", required=True
+            ),
+            OpenApiParameter(
+                "b", OpenApiTypes.STR, description="New side: a version number or 'active'", required=True
+            ),
+        ],
+        responses={200: PolicyDiffSerializer, **error_responses(400, 401, 403)},
+        methods=["GET"],
+    )
+    @extend_schema(
+        summary="What changed between two policies, each a stored version or a YAML text",
+        request=PolicyDiffRequestSerializer,
+        responses={200: PolicyDiffSerializer, **error_responses(400, 401, 403)},
+        methods=["POST"],
+    )
+    @action(detail=False, methods=["get", "post"], filterset_class=None, pagination_class=None)
+    def diff(self, request: Request) -> Response:
+        source = request.query_params if request.method == "GET" else request.data
+        if not hasattr(source, "get"):
+            raise ValidationError({"a": ["send a JSON object"]})
+        data = {k: source.get(k) for k in ("a", "b", "a_yaml", "b_yaml") if source.get(k) is not None}
+        if request.method == "GET":
+            data = {k: v for k, v in data.items() if k in ("a", "b")}
+        incoming = PolicyDiffRequestSerializer(data=data)
+        incoming.is_valid(raise_exception=True)
+        sides = []
+        for side in ("a", "b"):
+            ref, text = incoming.validated_data.get(side), incoming.validated_data.get(f"{side}_yaml")
+            if ref is not None:
+                record = (
+                    Policy.objects.filter(is_active=True).first()
+                    if ref == "active"
+                    else Policy.objects.filter(version=int(ref.lstrip("v"))).first()
+                )
+                if record is None:
+                    raise ValidationError({side: [f"no policy version {ref!r}"]})
+                sides.append((record.yaml_text, f"v{record.version}", side))
+            else:
+                sides.append((text, f"{side}_yaml", f"{side}_yaml"))
+        parsed = []
+        for text, _label, field in sides:
+            try:
+                parsed.append(parse_policy(text))
+            except PolicyError as exc:
+                errors = [i for i in exc.issues if i.severity == "error"]
+                return error_response(
+                    400,
+                    f"invalid policy ({len(errors)} error(s)); first: {errors[0] if errors else exc}",
+                    field=field,
+                    details={"issues": _issues(exc.issues)},
+                )
+        (a_text, a_name, _), (b_text, b_name, _) = sides
+        return Response(
+            {
+                "a": a_name,
+                "b": b_name,
+                "changes": semantic_diff(parsed[0], parsed[1]),
+                "diff": diff_policies(a_text, b_text, old_name=a_name, new_name=b_name),
+            }
+        )
+
+
+# -- tokens -------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your API tokens (never the keys)", responses={200: ApiTokenSerializer, **error_responses(401)}
+    ),
+    destroy=extend_schema(summary="Revoke one of your tokens", responses={204: None, **error_responses(401, 404)}),
+)
+class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    serializer_class = ApiTokenSerializer
+    lookup_value_regex = r"\d{1,18}"
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        if getattr(self, "swagger_fake_view", False):
+            return ApiToken.objects.none()
+        return ApiToken.objects.filter(user=self.request.user).order_by("-created", "-id")
+
+    @extend_schema(
+        summary="Make a new token; its key is in this answer only",
+        request=ApiTokenCreateSerializer,
+        responses={201: ApiTokenCreatedSerializer, **error_responses(400, 401)},
+    )
+    def create(self, request: Request) -> Response:
+        incoming = ApiTokenCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        try:
+            token, key = issue_token(request.user, incoming.validated_data["name"])
+        except TokenLimitReached as exc:
+            raise ValidationError({"name": [str(exc)]}) from exc
+        return Response({**ApiTokenSerializer(token).data, "key": key}, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        revoke_token(instance)

@@ -1,0 +1,130 @@
+"""Usage: device-hours per chip model in a month, split at the month start, running jobs counted to now."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from devices.models import Device, Node
+from quotas.models import Team
+from quotas.services import active_policy
+from scheduling.models import Allocation, Job
+from scheduling.services.usage import UsageError, devices_in_use, month_of, team_usage
+
+pytestmark = pytest.mark.django_db
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch):
+    """Throttle counters of this test only, and no parsed policy cached from another test's v1."""
+    from rest_framework.throttling import SimpleRateThrottle
+
+    from quotas import services
+
+    monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
+    services._cache.clear()
+    yield
+    services._cache.clear()
+
+
+@pytest.fixture
+def site(db, user_factory):
+    """A tiny cluster and team under a policy on Shanghai's clock (UTC+8)."""
+    from quotas.services import create_version
+
+    node = Node.objects.create(name="n1")
+    devices = {
+        "910B4": [Device.objects.create(node=node, index=i, chip_model="910B4") for i in range(2)],
+        "310P3": [Device.objects.create(node=node, index=10, chip_model="310P3")],
+    }
+    Team.objects.create(name="t1")
+    Team.objects.create(name="t2")
+    create_version(
+        "apiVersion: npuportal/v1\nkind: SchedulingPolicy\nmetadata: {name: t}\nspec: {timezone: Asia/Shanghai}\n",
+        author=None,
+    )
+    user = user_factory("u1", team="t1")
+    return devices, user
+
+
+def _job(team: str, user, state: str = "completed") -> Job:
+    return Job.objects.create(
+        team=Team.objects.get(name=team),
+        submitter=user,
+        name="j",
+        command="x",
+        priority_class="normal",
+        state=state,
+        submitted_at=datetime(2026, 10, 1, tzinfo=SHANGHAI),
+    )
+
+
+def test_month_is_split_at_the_local_month_start_and_open_allocations_run_to_now(site) -> None:
+    devices, user = site
+    now = datetime(2026, 11, 3, 12, 0, tzinfo=SHANGHAI)
+    # Oct 31 22:00 → Nov 1 04:00 local: 4 hours fall in November.
+    done = _job("t1", user)
+    Allocation.objects.create(
+        job=done,
+        device=devices["910B4"][0],
+        start=datetime(2026, 10, 31, 22, tzinfo=SHANGHAI),
+        end=datetime(2026, 11, 1, 4, tzinfo=SHANGHAI),
+    )
+    # 2 hours before Nov 1 00:00 in Shanghai is still October there although it is Oct 31 in UTC too.
+    Allocation.objects.create(
+        job=done,
+        device=devices["910B4"][1],
+        start=datetime(2026, 10, 31, 20, tzinfo=SHANGHAI),
+        end=datetime(2026, 10, 31, 22, tzinfo=SHANGHAI),
+    )
+    # A half-card slice still running since Nov 3 10:00: 2 h × 0.5 up to now.
+    running = _job("t1", user, state="running")
+    Allocation.objects.create(
+        job=running, device=devices["310P3"][0], device_share=0.5, start=datetime(2026, 11, 3, 10, tzinfo=SHANGHAI)
+    )
+    # Another team's allocation is not counted.
+    Allocation.objects.create(
+        job=_job("t2", user),
+        device=devices["910B4"][1],
+        start=datetime(2026, 11, 2, tzinfo=SHANGHAI),
+        end=datetime(2026, 11, 2, 5, tzinfo=SHANGHAI),
+    )
+    policy = active_policy().policy
+    usage = team_usage(Team.objects.get(name="t1"), policy, now=now)
+    assert usage.month == "2026-11"
+    assert usage.device_hours == {"310P3": pytest.approx(1.0), "910B4": pytest.approx(4.0)}
+    assert usage.total_device_hours == pytest.approx(5.0)
+    assert usage.running_jobs == 1 and usage.pending_jobs == 0
+    october = team_usage(Team.objects.get(name="t1"), policy, month="2026-10", now=now)
+    assert october.device_hours == {"910B4": pytest.approx(4.0)}
+    assert devices_in_use(Team.objects.get(name="t1")) == {"devices": 0.5, "devices/310P3": 0.5}
+
+
+def test_usage_is_two_queries_however_many_allocations(site, django_assert_num_queries) -> None:
+    devices, user = site
+    for i in range(30):
+        job = _job("t1", user)
+        start = datetime(2026, 11, 1, tzinfo=SHANGHAI) + timedelta(hours=i)
+        Allocation.objects.create(job=job, device=devices["910B4"][i % 2], start=start, end=start + timedelta(hours=1))
+    policy = active_policy().policy
+    team = Team.objects.get(name="t1")
+    with django_assert_num_queries(2):
+        usage = team_usage(team, policy, now=datetime(2026, 11, 20, tzinfo=SHANGHAI))
+    assert usage.total_device_hours == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize("label", ["2026-13", "26-11", "november", "2026-1", "1999-12"])
+def test_bad_months_are_refused(site, label) -> None:
+    with pytest.raises(UsageError) as err:
+        month_of(active_policy().policy, datetime(2026, 11, 3, tzinfo=SHANGHAI), label)
+    assert err.value.field == "month"
+
+
+def test_a_future_month_is_empty(site) -> None:
+    usage = team_usage(Team.objects.get(name="t1"), active_policy().policy, month="2030-01")
+    assert usage.device_hours == {} and usage.total_device_hours == 0.0

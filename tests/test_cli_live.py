@@ -1,0 +1,200 @@
+"""npuctl against a real server (pytest-django's live_server): tables, --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from npuctl.main import main
+from quotas.api.authentication import issue_token
+from quotas.models import AuditEvent, Policy
+from scheduling.models import Job
+
+
+@pytest.fixture
+def cli(live_server, demo, user_factory, monkeypatch, capsys, request):
+    """``run(user, *argv) -> (exit code, stdout, stderr)`` with that user's token against the live server."""
+    from rest_framework.throttling import SimpleRateThrottle
+
+    from quotas import services
+
+    monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
+    services._cache.clear()
+    request.addfinalizer(services._cache.clear)
+    users = {
+        "lead": user_factory("cli-lead", team="training", role="lead"),
+        "member": user_factory("cli-member", team="training"),
+        "other": user_factory("cli-other", team="research"),
+        "admin": user_factory("cli-admin", staff=True),
+    }
+    keys = {role: issue_token(user, "cli")[1] for role, user in users.items()}
+    monkeypatch.setenv("NPUPORTAL_URL", live_server.url)
+
+    def run(role: str | None, *argv: str) -> tuple[int, str, str]:
+        if role is None:
+            monkeypatch.delenv("NPUPORTAL_TOKEN", raising=False)
+        else:
+            monkeypatch.setenv("NPUPORTAL_TOKEN", keys.get(role, role))
+        capsys.readouterr()
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    run.keys = keys  # type: ignore[attr-defined]
+    return run
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.strip().splitlines()]
+
+
+def test_submit_queue_show_cancel(cli) -> None:
+    code, out, _ = cli("member", "submit", "--name", "bert", "--devices", "2", "--chip", "910B4", "--time", "2h",
+                       "--team", "training", "--", "python", "train.py", "--lr", "3e-4")  # fmt: skip
+    assert code == 0, out
+    job_id = int(out.split()[2])
+    job = Job.objects.get(pk=job_id)
+    assert job.command == "python train.py --lr 3e-4" and job.estimated_duration_s == 7200 and job.num_devices == 2
+
+    code, out, _ = cli("lead", "queue")
+    assert code == 0
+    header, *rows = _rows(out)
+    assert header == ["JOBID", "NAME", "TEAM", "USER", "CLASS", "DEV", "STATE", "REASON", "EST_START"]
+    mine = [r for r in rows if r[0] == str(job_id)]
+    assert mine and mine[0][1:7] == ["bert", "training", "cli-member", "normal", "2x910B4", "pending"]
+    assert all(r[6] in ("pending", "running") for r in rows)
+
+    code, out, _ = cli("other", "queue", "--state", "all")
+    assert code == 0 and str(job_id) not in [r[0] for r in _rows(out)[1:]]
+
+    code, out, _ = cli("member", "queue", "--json", "--user", "cli-member")
+    assert code == 0 and [j["id"] for j in json.loads(out)] == [job_id]
+
+    code, out, _ = cli("member", "show", str(job_id))
+    assert code == 0 and "python train.py --lr 3e-4" in out and "events:" in out and "Submitted" in out
+
+    code, _, err = cli("other", "show", str(job_id))
+    assert code == 1 and "not found" in err.lower()
+
+    code, out, _ = cli("member", "cancel", str(job_id), "999999")
+    assert code == 1 and f"cancelled job {job_id}" in out
+    assert Job.objects.get(pk=job_id).state == "cancelled"
+    code, _, err = cli("member", "cancel", str(job_id))
+    assert code == 1 and "already cancelled" in err
+
+
+def test_submit_array_and_json(cli) -> None:
+    code, out, _ = cli("member", "--json", "submit", "--array", "3", "--command", "sleep 5", "--vnpu", "vir02")
+    assert code == 0
+    jobs = json.loads(out)
+    assert [j["array_index"] for j in jobs] == [0, 1, 2] and {j["vnpu_template"] for j in jobs} == {"vir02"}
+    assert jobs[0]["name"] == "sleep[0]"
+
+
+def test_the_api_refusing_exits_1_with_its_sentence(cli) -> None:
+    before = Job.objects.count()
+    code, _, err = cli("member", "submit", "--vnpu", "vir99", "--", "x")
+    assert code == 1 and "vnpu_template: unknown vNPU template 'vir99'" in err
+    code, _, err = cli("member", "submit", "--devices", "500", "--", "x")
+    assert code == 1 and "num_devices" in err
+    code, _, err = cli("member", "submit", "--team", "research", "--", "x")
+    assert code == 1 and "team" in err
+    assert Job.objects.count() == before
+
+
+def test_auth_failures_exit_4(cli) -> None:
+    code, _, err = cli("npu_not-a-real-token", "queue")
+    assert code == 4 and "Invalid token" in err
+    code, _, err = cli(None, "nodes")
+    assert code == 4 and "NPUPORTAL_TOKEN" in err
+    code, _, err = cli("member", "usage")
+    assert code == 4 and "leads" in err
+    code, _, err = cli("lead", "policy", "validate", str(settings.BASE_DIR / "examples/policies/demo.yaml"))
+    assert code == 4 and "admins only" in err
+
+
+def test_quota_nodes_usage_tables(cli) -> None:
+    code, out, _ = cli("member", "quota")
+    assert code == 0 and out.startswith("team training: schedule (base)")
+    rows = {r[0]: r[1:] for r in _rows(out)[1:-1]}
+    assert rows["devices"] == ["10", "24", "0"]
+
+    code, out, _ = cli("member", "nodes")
+    assert code == 0
+    rows = {r[0]: r[1:] for r in _rows(out)[1:]}
+    assert rows["ascend-b4-01"] == ["ready", "910B4", "8", "8", "0", "0"]
+    assert rows["ascend-310p-01"][1:3] == ["310P3", "4"]
+
+    code, out, _ = cli("lead", "usage", "--month", "2020-01")
+    assert code == 0 and ["training", "2020-01", "total", "0.0"] in _rows(out)
+    code, out, _ = cli("admin", "--json", "usage")
+    assert code == 0 and {u["team"] for u in json.loads(out)} == {"inference", "training", "research"}
+    code, out, _ = cli("admin", "quota")
+    assert code == 2  # several teams: say which
+
+
+def test_policy_validate_apply_diff(cli, tmp_path: Path) -> None:
+    active = Policy.objects.get(is_active=True).yaml_text
+    good = tmp_path / "good.yaml"
+    good.write_text(active.replace("guaranteed: {devices: 4}", "guaranteed: {devices: 5}"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(active.replace("devices/910B4: 10", "devices/H100: 10"))
+
+    code, out, _ = cli("admin", "policy", "validate", str(good))
+    assert code == 0 and "valid" in out
+    code, out, _ = cli("admin", "policy", "validate", str(bad))
+    assert code == 1 and "error:" in out and "H100" in out
+    code, _, err = cli("admin", "policy", "validate", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "cannot read" in err
+
+    code, out, _ = cli("admin", "policy", "apply", str(good), "--dry-run", "--days", "2")
+    assert code == 0 and "nothing was stored" in out and "research" in out
+    assert Policy.objects.count() == 1
+    code, _, err = cli("admin", "policy", "apply", str(good))
+    assert code == 2 and "--comment" in err
+    code, out, err = cli("admin", "policy", "apply", str(bad), "--comment", "oops")
+    assert code == 1 and "H100" in out + err and Policy.objects.count() == 1
+    code, out, _ = cli("admin", "policy", "apply", str(good), "-m", "research +1")
+    assert code == 0 and "applied as v2" in out
+    assert AuditEvent.objects.filter(action="policy.activate", target="policy v2").exists()
+
+    code, out, _ = cli("admin", "policy", "diff", "1", "active")
+    assert code == 0 and out.startswith("v1 → v2: 1 change(s)") and "research" in out
+    code, out, _ = cli("admin", "policy", "diff", "active", str(good))
+    assert code == 0 and "no change in meaning" in out
+    code, out, _ = cli("admin", "--json", "policy", "diff", "1", "2")
+    assert code == 0 and json.loads(out)["changes"]
+    code, _, err = cli("admin", "policy", "diff", "1", "42")
+    assert code == 1 and "no policy version" in err
+
+
+def test_installed_npuctl_runs_as_a_subprocess(cli, live_server) -> None:
+    installed = Path(sys.executable).parent / "npuctl"
+    command = [str(installed)] if installed.exists() else [sys.executable, "-m", "npuctl"]
+    env = {
+        **os.environ,
+        "NPUPORTAL_URL": live_server.url,
+        "NPUPORTAL_TOKEN": cli.keys["lead"],
+        "PYTHONPATH": str(settings.BASE_DIR),
+    }
+    done = subprocess.run([*command, "nodes", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert {n["name"] for n in json.loads(done.stdout)} >= {"ascend-b4-01", "ascend-a-01"}
+    refused = subprocess.run([*command, "show", "999999"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "npuctl:" in refused.stderr
+    by_module = subprocess.run(
+        [sys.executable, "-m", "npuctl", "--token", "wrong", "queue"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=settings.BASE_DIR,
+    )
+    assert by_module.returncode == 4

@@ -1,0 +1,96 @@
+"""npuctl without a server: durations, tables, argument errors, unreachable and failing servers."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from npuctl.durations import format_duration, parse_duration
+from npuctl.main import main
+from npuctl.tables import table
+from tests.conftest import free_port
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1h30m", 5400), ("3600", 3600), ("1.5h", 5400)],
+)
+def test_durations_people_type(text, seconds) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2x", "h", "1h 30m", "-5m", "0s", "400d", "1h30"])
+def test_bad_durations_say_what_is_accepted(text) -> None:
+    with pytest.raises(ValueError, match=r"duration like|shorter|longer"):
+        parse_duration(text)
+
+
+def test_format_duration() -> None:
+    assert format_duration(5400) == "1h30m" and format_duration(None) == "-" and format_duration(0) == "0s"
+
+
+def test_table_aligns_columns_and_marks_empty_cells() -> None:
+    text = table(("ID", "NAME"), [(7, "a"), (123, None)], right=("ID",))
+    assert text.splitlines() == [" ID  NAME", "  7  a", "123  -"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["submit", "--devices", "0", "--", "python", "x.py"],
+        ["submit", "--time", "2x", "--", "python", "x.py"],
+        ["submit", "--devices", "many", "--", "python", "x.py"],
+        ["cancel", "abc"],
+        ["usage", "--month", "2026-13"],
+        ["frobnicate"],
+        [],
+    ],
+)
+def test_usage_errors_exit_2_before_calling_anything(argv, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{free_port()}")
+    assert main(argv) == 2
+    assert "npuctl" in capsys.readouterr().err
+
+
+def test_submit_without_a_command_is_a_usage_error(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{free_port()}")
+    assert main(["submit", "--devices", "2"]) == 2
+    assert "--command" in capsys.readouterr().err
+
+
+def test_time_error_names_the_accepted_forms(capsys) -> None:
+    main(["submit", "--time", "soon", "--", "x"])
+    assert "90s, 15m, 2h, 1d" in capsys.readouterr().err
+
+
+def test_unreachable_server_exits_3(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+    assert main(["queue"]) == 3
+    assert "cannot reach" in capsys.readouterr().err
+
+
+class _Failing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(500)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<h1>Server Error (500)</h1>")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_server_errors_exit_3(capsys, monkeypatch) -> None:
+    server = HTTPServer(("127.0.0.1", 0), _Failing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{server.server_port}")
+        assert main(["nodes"]) == 3
+        assert "server error 500" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
