@@ -9,10 +9,11 @@ together, then :func:`scheduling.engine.decide.decide` is called once with a
 are applied in the tick's order: evictions, starts, preemptions.
 
 The simulator's own bookkeeping is O(changes) per event: pending and running
-jobs live in dicts that are updated as jobs move, the node and device objects
-are built once and reused (nothing in a replay makes a device unhealthy), usage
-meters integrate piecewise-constant rates and are touched only when a job starts
-or stops. The core stays the hot path.
+jobs live in lists with O(1) add/remove that are handed to every snapshot as
+they are (no copies), the node and device objects are built once and reused
+(nothing in a replay makes a device unhealthy), the free-capacity map, usage
+meters and quota ledger are touched only when a job starts or stops. The core
+stays the hot path.
 
 Rules the replay adds around the core (all in ``docs/simulator.md``):
 
@@ -50,7 +51,8 @@ from scheduling.engine.snapshot import (
     VnpuTemplate,
     Wait,
 )
-from scheduling.engine.traces import ClusterSpec, TraceRow, parse_cluster, trace_rows
+from scheduling.engine.traces import ClusterSpec, TraceRow, parse_cluster
+from scheduling.engine.traces import trace_rows as normalise_rows
 
 DecideFn = Callable[[Snapshot], Decisions]
 #: ``progress(done_jobs, total_jobs)``; called at most every few hundred events.
@@ -96,6 +98,7 @@ class SimJob:
     run_token: int = 0
     chip: str = ""  # chip model of the devices it runs on
     preempted: int = 0
+    end: float | None = None  # completion or cancellation time
 
 
 def _default_class(policy: Policy) -> str:
@@ -199,6 +202,34 @@ def prepare_jobs(
         )
         jobs.append(SimJob(state=state, key=row.job_id, duration=row.duration_s, units=units))
     return jobs, skipped
+
+
+class JobList:
+    """A list of jobs with O(1) add and remove (swap with the last), handed to snapshots as is.
+
+    The order is arbitrary; the core orders pending jobs itself (priority, then
+    submission time, then id) and must not mutate its snapshot.
+    """
+
+    __slots__ = ("items", "pos")
+
+    def __init__(self) -> None:
+        self.items: list[JobState] = []
+        self.pos: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, job: JobState) -> None:
+        self.pos[job.id] = len(self.items)
+        self.items.append(job)
+
+    def remove(self, job: JobState) -> None:
+        i = self.pos.pop(job.id)
+        last = self.items.pop()
+        if last is not job:
+            self.items[i] = last
+            self.pos[last.id] = i
 
 
 # --- cluster occupancy ------------------------------------------------------------------------
@@ -332,8 +363,10 @@ class FifoBaseline:
     :class:`Occupancy` instead of rebuilding it from the snapshot, to stay cheap.
     """
 
-    def __init__(self, occupancy: Occupancy) -> None:
+    def __init__(self, occupancy: Occupancy, queue: Mapping[int, JobState]) -> None:
         self.occ = occupancy
+        #: The simulator's pending jobs in submission order (the snapshot's list is unordered).
+        self.queue = queue
         self.nodes_by_chip: dict[str, list[int]] = defaultdict(list)
         for i, chip in enumerate(occupancy.node_chip):
             self.nodes_by_chip[chip].append(i)
@@ -349,8 +382,8 @@ class FifoBaseline:
         occ = self.occ
         taken: list[tuple[JobState, tuple[Slot, ...]]] = []
         self.blocked = False
-        # ``pending`` is in submission order (no requeues without preemption).
-        for job in snapshot.pending:
+        # ``queue`` is in submission order (no requeues without preemption).
+        for job in self.queue.values():
             slots = self._place(job)
             if slots is None:
                 out.waiting[job.id] = Wait(job.id, "Resources", "first-come first-served: head of the queue")
@@ -501,9 +534,7 @@ class PolicyClock:
         #: extra edge only costs one decide call).
         self.minutes = sorted({m % 1440 for tp in teams for s in tp.schedules for m in (s.start_min, s.end_min)})
         self.monthly = any(tp.quota.device_hours_per_month is not None for tp in teams) or any(
-            "deviceHoursPerMonth" in s.quota or "device_hours_per_month" in s.quota
-            for tp in teams
-            for s in tp.schedules
+            "deviceHoursPerMonth" in s.quota for tp in teams for s in tp.schedules
         )
 
     @property
@@ -580,7 +611,8 @@ class Simulation:
         self.nodes = cluster.build_nodes()
         self.templates = cluster.templates()
         self.occ = Occupancy(self.nodes, self.templates)
-        self.fifo_baseline = FifoBaseline(self.occ) if fifo else None
+        self.pending: dict[int, JobState] = {}
+        self.fifo_baseline = FifoBaseline(self.occ, self.pending) if fifo else None
         if self.fifo_baseline is not None:
             self.decide_fn: DecideFn = self.fifo_baseline
         elif decide_fn is not None:
@@ -592,13 +624,17 @@ class Simulation:
         self.fifo = fifo
         self.check_quota = check_quota and not fifo
         self.clock = PolicyClock(policy)
+        all_teams = [*policy.teams.values(), policy.defaults]
         self.may_preempt = not fifo and (
             any(pc.preempts for pc in policy.priority_classes)
-            or any(tp.quota.guaranteed for tp in [*policy.teams.values(), policy.defaults])
+            or any(tp.quota.guaranteed for tp in all_teams)
+            or any(s.quota.get("guaranteed") for tp in all_teams for s in tp.schedules)
         )
 
-        self.pending: dict[int, JobState] = {}
-        self.running: dict[int, JobState] = {}
+        #: ``self.pending`` (set above): pending jobs in queue order (submission, requeues at the end).
+        #: The same jobs as the lists handed to every snapshot, kept in place (no copy per event).
+        self.pending_list = JobList()
+        self.running_list = JobList()
         self.ends: list[tuple[float, int, int]] = []  # (end time, job id, run token)
         self.deadlines: list[tuple[float, int, int]] = []
         self.next_clock = math.inf
@@ -737,15 +773,15 @@ class Simulation:
         return self.occ.devices_with_room > 0
 
     def _decide_at(self, t: float) -> bool:
-        """Call decide at ``t`` (again while it frees devices); True if anything started."""
+        """Call decide at ``t`` (again while stops free cards it did not plan with); True if anything started."""
         started_any = False
         for _ in range(MAX_DECIDES_PER_INSTANT):
             snapshot = Snapshot(
                 now=datetime.fromtimestamp(t, tz=UTC),
                 policy=self.policy,
                 nodes=self.nodes,
-                pending=list(self.pending.values()),
-                running=list(self.running.values()),
+                pending=self.pending_list.items,
+                running=self.running_list.items,
                 templates=self.templates,
                 usage=self.fair_usage.snapshot(t) if not self.fifo else {},
                 month_device_hours=self._month_hours(t) if self.clock.monthly else {},
@@ -754,23 +790,26 @@ class Simulation:
             decisions = self.decide_fn(snapshot)
             self.decide_s += time.perf_counter() - c0
             self.decide_calls += 1
-            stopped, started_teams = self._apply(decisions, t, snapshot.now)
+            again, started_teams = self._apply(decisions, t, snapshot.now)
             started_any = started_any or bool(started_teams)
             self.last_waiting = decisions.waiting
             if self.check_quota and (started_teams or self.over):
                 self._check_quota(started_teams, snapshot.now)
-            if not stopped or not self.pending:
+            if not again or not self.pending:
                 break
         return started_any
 
     def _apply(self, decisions: Decisions, t: float, now: datetime) -> tuple[bool, set[str]]:
-        stopped = False
+        """Apply evictions, starts, preemptions; returns (decide again now?, teams that started)."""
+        # ``again``: cards were freed (or a victim requeued) that this decide did not see as such.
+        again = False
         for job_id in decisions.evictions:
             sj = self.by_id.get(job_id)
             if sj is None or sj.status != "running":
                 raise SimulationError(f"decide evicted job {job_id}, which is not running")
             self._stop_victim(sj, t)
-            stopped = True
+            # decide already re-planned the evicted cards; only a requeued victim is new to it
+            again = again or sj.status == "pending"
         started_teams: set[str] = set()
         for start in decisions.starts:
             sj = self.by_id.get(start.job_id)
@@ -799,14 +838,15 @@ class Simulation:
                 if job_id not in preempted_now:
                     self.n_forced += 1  # its grace ran out before this decide, which did not evict it
                 self._stop_victim(sj, t)
-                stopped = True
-        return stopped, started_teams
+                again = True
+        return again and self.occ.devices_with_room > 0, started_teams
 
     # -- job transitions -----------------------------------------------------------------------
 
     def _submit(self, sj: SimJob) -> None:
         js = sj.state
         self.pending[js.id] = js
+        self.pending_list.add(js)
         self.team_pending[js.team] += 1
         self.window_active.add(js.team)
         self.team_stats[js.team].jobs += 1
@@ -815,11 +855,12 @@ class Simulation:
         js = sj.state
         sj.chip = self.occ.take(js, slots)
         del self.pending[js.id]
+        self.pending_list.remove(js)
         self.team_pending[js.team] -= 1
         js.slots = tuple(slots)
         js.started_at = t
         js.preempt_deadline = None
-        self.running[js.id] = js
+        self.running_list.add(js)
         sj.status = "running"
         sj.run_token += 1
         heapq.heappush(self.ends, (t + sj.duration, js.id, sj.run_token))
@@ -837,7 +878,7 @@ class Simulation:
     def _release(self, sj: SimJob, t: float) -> None:
         js = sj.state
         self.occ.give_back(js)
-        del self.running[js.id]
+        self.running_list.remove(js)
         self._rate(sj, -sj.units, t)
         if js.team in self.over:
             self._check_quota(set(), datetime.fromtimestamp(t, tz=UTC))
@@ -847,6 +888,7 @@ class Simulation:
             self.n_finished_in_grace += 1
         self._release(sj, t)
         sj.status = "completed"
+        sj.end = t
         sj.state.preempt_deadline = None
         self.n_completed += 1
         self.done += 1
@@ -864,11 +906,13 @@ class Simulation:
         js.preempt_deadline = None
         if self.policy.on_preempt == "cancel":
             sj.status = "cancelled"
+            sj.end = t
             self.n_cancelled += 1
             self.done += 1
         else:
             sj.status = "pending"
             self.pending[js.id] = js
+            self.pending_list.add(js)
             self.team_pending[js.team] += 1
             self.window_active.add(js.team)
             self.n_requeued += 1
@@ -949,6 +993,29 @@ class Simulation:
             self._open_window(t)
 
     # -- results -------------------------------------------------------------------------------
+
+    def job_records(self) -> list[dict[str, Any]]:
+        """One row per replayed job (for ``--jobs-out``): times relative to the start of the trace clock."""
+        epoch = self.epoch
+        out = []
+        for sj in self.jobs:
+            js = sj.state
+            out.append(
+                {
+                    "job_id": sj.key,
+                    "team": js.team,
+                    "priority_class": js.priority_class,
+                    "num_devices": js.num_devices,
+                    "vnpu_template": js.vnpu_template or "",
+                    "submit_time_s": js.submitted_at - epoch,
+                    "first_start_s": "" if sj.first_start is None else sj.first_start - epoch,
+                    "wait_s": "" if sj.first_start is None else sj.first_start - js.submitted_at,
+                    "end_s": "" if sj.end is None else sj.end - epoch,
+                    "status": sj.status,
+                    "preemptions": sj.preempted,
+                }
+            )
+        return out
 
     def _metrics(self, first: float, end: float, wall_s: float) -> dict[str, Any]:
         span = max(end - first, 0.0)
@@ -1106,7 +1173,7 @@ def _summary(values: list[float]) -> dict[str, Any]:
 
 
 def run_simulation(
-    trace_rows_in: Iterable[TraceRow | Mapping[str, Any]],
+    trace_rows: Iterable[TraceRow | Mapping[str, Any]],
     cluster: ClusterSpec | Mapping[str, Any],
     policy: Policy,
     *,
@@ -1114,9 +1181,10 @@ def run_simulation(
     progress: ProgressFn | None = None,
     start: datetime = DEFAULT_START,
     class_map: Mapping[str, str] | None = None,
+    job_records: bool = False,
     decide_fn: DecideFn | None = None,
 ) -> dict[str, Any]:
-    """Replay ``trace_rows_in`` on ``cluster`` under ``policy`` through ``decide``.
+    """Replay ``trace_rows`` on ``cluster`` under ``policy`` through ``decide``.
 
     Returns ``{"input": {...}, "policy": metrics}``; with ``baseline="fifo"``
     also ``"baseline"`` (the same jobs under strict FIFO) and ``"comparison"``
@@ -1124,11 +1192,12 @@ def run_simulation(
     ``progress(done_jobs, total_jobs)``; with a baseline the two runs report in
     turn. ``start`` is the wall-clock time of trace second 0 (time-of-day quotas and
     monthly budgets follow it). ``class_map`` gives rows without a ``priority_class``
-    one by tenant. ``decide_fn`` replaces the core (tests only).
+    one by tenant. ``job_records`` adds ``"job_records": {"policy": [...], "baseline": [...]}``,
+    one dict per job (:meth:`Simulation.job_records`). ``decide_fn`` replaces the core (tests only).
     """
     if baseline not in (None, "fifo"):
         raise ValueError(f"unknown baseline {baseline!r} (known: fifo)")
-    rows = trace_rows(trace_rows_in)
+    rows = normalise_rows(trace_rows)
     spec = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     epoch = start.timestamp()
     jobs, skipped = prepare_jobs(rows, spec, policy, epoch, class_map)
@@ -1143,15 +1212,18 @@ def run_simulation(
         "class_map": dict(class_map or {}),
     }
     out: dict[str, Any] = {"input": info}
-    out["policy"] = _with_input(
-        Simulation(jobs, spec, policy, decide_fn=decide_fn, epoch=epoch, progress=progress).run(), info
-    )
+    sim = Simulation(jobs, spec, policy, decide_fn=decide_fn, epoch=epoch, progress=progress)
+    out["policy"] = _with_input(sim.run(), info)
+    records = {"policy": sim.job_records()} if job_records else {}
     if baseline == "fifo":
         fresh, _ = prepare_jobs(rows, spec, policy, epoch, class_map)
-        out["baseline"] = _with_input(
-            Simulation(fresh, spec, policy, fifo=True, epoch=epoch, progress=progress).run(), info
-        )
+        fifo = Simulation(fresh, spec, policy, fifo=True, epoch=epoch, progress=progress)
+        out["baseline"] = _with_input(fifo.run(), info)
         out["comparison"] = compare(out["baseline"], out["policy"])
+        if job_records:
+            records["baseline"] = fifo.job_records()
+    if job_records:
+        out["job_records"] = records
     return out
 
 
