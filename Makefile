@@ -35,7 +35,7 @@ browser:
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing chromium for the browser tests"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium libpango-1.0-0 libpangoft2-1.0-0 >/dev/null) \
 	      || echo "could not install chromium: browser tests will be skipped"; \
 	  else echo "no /usr/bin/chromium: browser tests will be skipped (apt-get install chromium)"; fi; \
 	fi

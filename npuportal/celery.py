@@ -35,3 +35,11 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.enforce_walltime", expires=settings.AGENT_POLL_INTERVAL_S * 3),
         name="walltime backstop",
     )
+    # Usage accounting (quotas/tasks.py): records of closed allocations and budget alerts every minute,
+    # and the monthly chargeback close at 00:30 on the 1st (the task waits for the policy clock's month end).
+    from celery.schedules import crontab
+
+    sender.add_periodic_task(60.0, sender.signature("quotas.record_usage", expires=120), name="usage records")
+    sender.add_periodic_task(
+        crontab(minute=30, hour=0, day_of_month=1), sender.signature("quotas.close_month"), name="monthly close"
+    )

@@ -30,6 +30,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("reports/", include("quotas.report_urls")),
+    path("api/v1/reports/", include("quotas.api_reports_urls")),
     path("api/v1/", include("npuportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -67,6 +67,142 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
 
+# -- usage accounting and chargeback (docs/chargeback.md) ---------------------------------------------
+
+from quotas.models import (  # noqa: E402 - kept with the registrations they serve
+    Budget,
+    BudgetAlert,
+    ClassMultiplier,
+    Rate,
+    RateCard,
+    Statement,
+    StatementLine,
+    UsageRecord,
+)
+
+
+def _priced_a_closed_month(card: RateCard | None) -> bool:
+    return card is not None and card.pk is not None and StatementLine.objects.filter(rate_card=card).exists()
+
+
+class RateInline(admin.TabularInline):
+    model = Rate
+    extra = 1
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return not _priced_a_closed_month(obj)
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return not _priced_a_closed_month(obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return not _priced_a_closed_month(obj)
+
+
+class ClassMultiplierInline(RateInline):
+    model = ClassMultiplier
+
+
+@admin.register(RateCard)
+class RateCardAdmin(admin.ModelAdmin):
+    """Editable until a closed month was priced with it; then read-only (add a new card instead)."""
+
+    list_display = ("effective_from", "currency", "idle_mode", "reserved_mode", "comment", "created")
+    list_filter = ("currency", "idle_mode", "reserved_mode")
+    search_fields = ("comment",)
+    inlines = [RateInline, ClassMultiplierInline]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return super().has_change_permission(request, obj) and not _priced_a_closed_month(obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and not _priced_a_closed_month(obj)
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ("team", "monthly_amount", "alert_thresholds")
+    search_fields = ("team__name",)
+
+
+class _ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(_ReadOnly):
+    list_display = ("team", "month", "threshold", "amount", "sent_at")
+    list_filter = ("month", "threshold")
+    search_fields = ("team__name",)
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(_ReadOnly):
+    list_display = (
+        "month",
+        "team",
+        "user",
+        "job",
+        "chip_model",
+        "vnpu_template",
+        "device_share",
+        "priority_class",
+        "start",
+        "end",
+    )
+    list_filter = ("month", "chip_model", "priority_class")
+    search_fields = ("team__name", "user__username", "allocation_id")
+    list_select_related = ("team", "user", "job")
+    show_full_result_count = False
+
+
+class StatementLineInline(admin.TabularInline):
+    model = StatementLine
+    extra = 0
+    fields = (
+        "kind",
+        "chip_model",
+        "vnpu_template",
+        "priority_class",
+        "device_hours",
+        "rate",
+        "multiplier",
+        "amount",
+        "description",
+        "actor",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Statement)
+class StatementAdmin(_ReadOnly):
+    """Frozen at the close: corrections are adjustment lines (``manage.py chargeback adjust``)."""
+
+    list_display = ("month", "team", "total", "currency", "idle_mode", "reserved_mode", "closed_at")
+    list_filter = ("month", "currency")
+    search_fields = ("team__name",)
+    inlines = [StatementLineInline]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.is_staff
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     """Admins may see and revoke tokens; keys are never stored, so never shown."""

@@ -148,6 +148,9 @@ def seed(*, with_agents: bool = True) -> dict[str, str]:
         )
     if not Job.objects.exists():
         _history(teams)
+    from quotas.accounting.demo import seed_chargeback
+
+    seed_chargeback()  # a rate card, last month's usage, and last month's closed statements
     return passwords
 
 

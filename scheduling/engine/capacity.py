@@ -14,7 +14,14 @@ the hot path (10k pending jobs against 8k devices in a few milliseconds):
   placement costs a handful of dict probes, not a scan of 1,000 nodes;
 * ``max_group_free`` per chip answers "does an ``n``-card job fit anywhere?"
   in O(1), which is what makes the long tail of a full cluster cheap;
-* vNPU slices: sliced cards sit in buckets by remaining AI cores.
+* vNPU slices: sliced cards sit in buckets by remaining AI cores;
+* lookup tables per chip and group layout: the bucket key of a free mask
+  (``Pool.ktab``) and the cards best fit takes for ``(free mask, n)``
+  (:meth:`Chip.pick`), filled on first use;
+* the static part (pools, groups, buckets' shape, device index, the lookup
+  tables and the static shape checks of :mod:`placement`) is a
+  :class:`Layout`, kept between ticks while the inventory's values are the
+  same; a tick only resets the free state and marks the running jobs.
 
 Device units: a whole card is 1; a vNPU slice is ``template.ai_cores /
 card.ai_cores`` of a card (quota, reservations and fair share all count so).
@@ -22,10 +29,13 @@ card.ai_cores`` of a card (quota, reservations and fair share all count so).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import ClassVar
 
-from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Snapshot, VnpuTemplate
+from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, Snapshot, VnpuTemplate
 
 #: Float slack for unit sums (slices make fractions such as 0.3 + 0.3 + 0.4).
 EPS = 1e-9
@@ -41,15 +51,27 @@ def lowest_bits(mask: int, n: int) -> list[int]:
     return out
 
 
-def _index(dev: DeviceState) -> int:
-    return dev.index
-
-
-def _bits_to_mask(bits: Iterable[int]) -> int:
+def _mask_of(bits: list[int]) -> int:
     mask = 0
     for b in bits:
         mask |= 1 << b
     return mask
+
+
+def _index(dev: DeviceState) -> int:
+    return dev.index
+
+
+class Card:
+    """What the free state reads of a device after the layout is built."""
+
+    __slots__ = ("ai_cores", "ai_cpus", "hbm_mb", "id")
+
+    def __init__(self, id: int, ai_cores: int, hbm_mb: int, ai_cpus: int) -> None:
+        self.id = id
+        self.ai_cores = ai_cores
+        self.hbm_mb = hbm_mb
+        self.ai_cpus = ai_cpus
 
 
 class Pool:
@@ -58,13 +80,18 @@ class Pool:
     __slots__ = (
         "chip",
         "devs",
+        "entries",
         "free",
+        "gid",
         "groups",
+        "ids",
         "idx",
         "key",
+        "ktab",
         "node",
         "size",
         "slices",
+        "slot_objs",
         "usable",
         "used_cores",
         "used_cpus",
@@ -75,23 +102,54 @@ class Pool:
         self.idx = idx
         self.node = node.name
         self.chip = chip
-        self.devs = devs
-        self.size = len(devs)
+        #: The cards' values at build time (a cached layout outlives the snapshot's objects).
+        self.devs = [Card(dev.id, dev.ai_cores, dev.hbm_mb, dev.ai_cpus) for dev in devs]
+        size = self.size = len(devs)
         groups: dict[str, int] = {}
+        usable = 0
+        schedulable = node.schedulable
         for i, dev in enumerate(devs):
-            groups[dev.topology_group] = groups.get(dev.topology_group, 0) | (1 << i)
+            g = dev.topology_group
+            groups[g] = groups.get(g, 0) | (1 << i)
+            if dev.usable and schedulable:
+                usable |= 1 << i
         #: Group masks, in first-seen order (ring 0 before ring 1).
         self.groups: tuple[int, ...] = tuple(groups.values())
-        schedulable = node.schedulable
-        self.usable = _bits_to_mask(i for i, dev in enumerate(devs) if dev.usable and schedulable)
+        self.ids = [dev.id for dev in devs]
+        self.usable = usable
         #: Usable cards with nobody on them (whole-card placement takes from here).
+        self.free = usable
+        self.key = -1
+        #: Bucket key per free mask (shared by the pools of one chip with the same groups).
+        self.ktab: dict[int, int] = {}
+        self.gid = 0
+        zeros = [0] * size
+        self.used_cores = zeros
+        self.used_mem = zeros.copy()
+        self.used_cpus = zeros.copy()
+        #: Number of vNPU slices on each card (a card with slices is never given whole).
+        self.slices = zeros.copy()
+        #: ``Occupant.cards`` entry of each card given whole, and its :class:`Slot` (made on first use).
+        self.entries: list[tuple[Pool, int, None]] = [(self, i, None) for i in range(size)]
+        self.slot_objs: list[Slot | None] = [None] * size
+
+    def slot(self, i: int) -> Slot:
+        """The :class:`Slot` of card ``i`` given whole (immutable: one object for every tick)."""
+        slot = self.slot_objs[i]
+        if slot is None:
+            slot = self.slot_objs[i] = Slot(self.ids[i])
+        return slot
+
+    def reset(self) -> None:
+        """Back to "nobody holds anything" (a cached layout starting a new tick)."""
         self.free = self.usable
         self.key = -1
-        self.used_cores = [0] * self.size
-        self.used_mem = [0] * self.size
-        self.used_cpus = [0] * self.size
-        #: Number of vNPU slices on each card (a card with slices is never given whole).
-        self.slices = [0] * self.size
+        if any(self.slices):
+            zeros = [0] * self.size
+            self.used_cores = zeros
+            self.used_mem = zeros.copy()
+            self.used_cpus = zeros.copy()
+            self.slices = zeros.copy()
 
     def best_group_free(self) -> int:
         """Free cards in the group with the most free cards."""
@@ -122,14 +180,26 @@ class Chip:
     #: Sliced usable cards by remaining AI cores: ``slice_buckets[r]`` = {(pool, i): None}.
     slice_buckets: list[dict[tuple[Pool, int], None]] = field(default_factory=list)
     orders: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    #: Lookup tables: ``picks[(gid, free, n)]`` = (card indices, their mask) best fit takes (see :meth:`pick`).
+    picks: dict[tuple[int, int, int], tuple[tuple[int, ...], int] | None] = field(default_factory=dict)
+    #: Group layouts seen on this chip -> (gid, shared bucket-key table).
+    layouts: dict[tuple[int, ...], tuple[int, dict[int, int]]] = field(default_factory=dict)
+    #: Static shape checks of :mod:`placement` (they depend on the layout only).
+    fits: dict[int, tuple[str | None, str]] = field(default_factory=dict)
+    slice_fits: dict[tuple[int, int, int], tuple[bool, bool]] = field(default_factory=dict)
 
     def bucket_key(self, pool: Pool) -> int:
-        return pool.best_group_free() * (self.size + 1) + pool.free.bit_count()
+        key = pool.ktab.get(pool.free)
+        if key is None:
+            key = pool.ktab[pool.free] = pool.best_group_free() * (self.size + 1) + pool.free.bit_count()
+        return key
 
     def rebucket(self, pool: Pool) -> None:
         """Move ``pool`` to the bucket of its current free state (O(1))."""
         old = pool.key
-        new = self.bucket_key(pool)
+        new = pool.ktab.get(pool.free)
+        if new is None:
+            new = self.bucket_key(pool)
         if new == old:
             return
         width = self.size + 1
@@ -167,6 +237,41 @@ class Chip:
         self.orders[(strategy, n)] = keys
         return keys
 
+    def pick(self, pool: Pool, free: int, n: int) -> tuple[tuple[int, ...], int] | None:
+        """Card indices (and their mask) an ``n``-card single-node job takes on ``pool`` when ``free`` is free.
+
+        Up to a group: the lowest ``n`` cards of the group with the fewest free
+        cards that still holds ``n`` (best fit). Larger: the first ``n / gmax``
+        whole free groups. ``None`` if it does not fit. Memoised per layout.
+        """
+        key = (pool.gid, free, n)
+        found = self.picks.get(key, False)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        result: tuple[tuple[int, ...], int] | None = None
+        if n <= self.gmax:
+            best = 0
+            best_count = 1 << 30
+            for g in pool.groups:
+                mask = free & g
+                count = mask.bit_count()
+                if n <= count < best_count:
+                    best, best_count = mask, count
+            if best:
+                cards = lowest_bits(best, n)
+                result = (tuple(cards), _mask_of(cards))
+        else:
+            unit = self.gmax
+            want = n // unit
+            full = [g for g in pool.groups if g.bit_count() == unit and free & g == g]
+            if len(full) >= want:
+                cards: list[int] = []
+                for g in full[:want]:
+                    cards.extend(lowest_bits(g, unit))
+                result = (tuple(cards), _mask_of(cards))
+        self.picks[key] = result
+        return result
+
     @property
     def full_key(self) -> int:
         """Bucket of pools with every card free (whole nodes for multi-node gangs)."""
@@ -187,9 +292,160 @@ class Occupant:
     cards: list[tuple[Pool, int, VnpuTemplate | None]]
     #: Units of this job on usable devices (what reservations count).
     usable_units: float
-    expected_end: float
+    #: :func:`expected_end` (``None`` until :func:`end_of` needs it).
+    expected_end: float | None
     #: Grace deadline when the job is already leaving.
     leaving: float | None = None
+
+
+#: What the layout of a node depends on, per device (see :class:`Layout`).
+_DEVICE_FIELDS = attrgetter("id", "index", "chip_model", "topology_group", "usable", "hbm_mb", "ai_cores", "ai_cpus")
+
+
+def inventory_fingerprint(nodes: list[NodeState]) -> list[tuple]:
+    """Every value of the inventory the layout is built from (node names, schedulable flags, devices)."""
+    fields = _DEVICE_FIELDS
+    return [(node.name, node.schedulable, *map(fields, node.devices)) for node in nodes]
+
+
+class Layout:
+    """The static part of the free state: pools, topology groups, chips, device index.
+
+    Building it reads every device (a third of a tick for 8,000 cards), and it
+    only changes when the inventory does, so a finished tick hands it back
+    (:meth:`put_back`) and the next tick whose inventory has the same
+    fingerprint (:func:`inventory_fingerprint`: every value it is built from,
+    compared by value, so a snapshot rebuilt from the database and a simulator
+    that flips a device's ``usable`` in place are both seen as they are) takes
+    it and only resets the free state. A layout is used by one tick at a time:
+    a tick takes it out of the cache (under a lock) and puts it back when done;
+    concurrent ticks build their own. Pools copy the device values they read
+    later (:class:`Card`), so nothing refers to a snapshot's objects.
+    """
+
+    _idle: ClassVar[list[Layout]] = []
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    #: Layouts kept for reuse (one per inventory seen last).
+    KEEP: ClassVar[int] = 2
+
+    def __init__(self, nodes: list[NodeState], fingerprint: list[tuple]) -> None:
+        self.fingerprint = fingerprint
+        self.chips: dict[str, Chip] = {}
+        self.pools: list[Pool] = []
+        self.where: dict[int, tuple[Pool, int]] = {}
+        #: device id -> (pool, mask keeping the other cards, usable?, whole-card entry of ``Occupant.cards``)
+        self.slot_info: dict[int, tuple[Pool, int, bool, tuple[Pool, int, None]]] = {}
+        #: ``id(slots)`` -> what :meth:`ClusterState.occupy` worked out for a whole-card job last tick:
+        #: ``(slots, ((pool, keep mask), ...), cards, units, usable units, chip or None)``.
+        self.seen_slots: dict[int, tuple] = {}
+        self.largest_node = 0
+        self._build(nodes)
+        self.reset()
+
+    @classmethod
+    def get(cls, nodes: list[NodeState]) -> Layout:
+        """A reset layout for ``nodes``: a cached one with the same fingerprint, else a new one."""
+        fingerprint = inventory_fingerprint(nodes)
+        with cls._lock:
+            for i, layout in enumerate(cls._idle):
+                if layout.fingerprint == fingerprint:
+                    del cls._idle[i]
+                    break
+            else:
+                layout = None
+        if layout is None:
+            return cls(nodes, fingerprint)
+        layout.reset()
+        return layout
+
+    def put_back(self) -> None:
+        with self._lock:
+            idle = self._idle
+            idle.insert(0, self)
+            del idle[self.KEEP :]
+
+    def reset(self) -> None:
+        """Nothing held: every usable card free, empty buckets."""
+        for pool in self.pools:
+            pool.reset()
+        for chip in self.chips.values():
+            chip.buckets = [{} for _ in range((chip.gmax + 1) * (chip.size + 1))]
+            chip.group_count = [0] * (chip.gmax + 1)
+            chip.max_group_free = 0
+            chip.slice_buckets = [{} for _ in range(chip.card_cores + 1)]
+            chip.free_units = float(chip.usable_count)
+
+    def _build(self, nodes: list[NodeState]) -> None:
+        chips = self.chips
+        where = self.where
+        slot_info = self.slot_info
+        pools = self.pools
+        largest = 0
+        for node in nodes:
+            devices = node.devices
+            if not devices:
+                continue
+            first = devices[0].chip_model
+            by_chip: dict[str, list[DeviceState]] | None = None
+            for dev in devices:
+                if dev.chip_model != first:
+                    by_chip = {}
+                    for d in devices:
+                        by_chip.setdefault(d.chip_model, []).append(d)
+                    for devs in by_chip.values():
+                        devs.sort(key=_index)
+                    break
+            if by_chip is None:  # the usual server: one model
+                prev = -1
+                for dev in devices:
+                    if dev.index < prev:
+                        by_chip = {first: sorted(devices, key=_index)}
+                        break
+                    prev = dev.index
+                else:
+                    by_chip = {first: list(devices)}
+            if len(devices) > largest:
+                largest = len(devices)
+            for chip_name, devs in by_chip.items():
+                pool = Pool(len(pools), node, chip_name, devs)
+                pools.append(pool)
+                chip = chips.get(chip_name)
+                if chip is None:
+                    chip = chips[chip_name] = Chip(chip_name)
+                chip.pools.append(pool)
+                if pool.size > chip.size:
+                    chip.size = pool.size
+                for g in pool.groups:
+                    c = g.bit_count()
+                    if c > chip.gmax:
+                        chip.gmax = c
+                chip.total += pool.size
+                chip.usable_count += pool.usable.bit_count()
+                for i, dev_id in enumerate(pool.ids):
+                    where[dev_id] = (pool, i)
+                    slot_info[dev_id] = (pool, ~(1 << i), bool(pool.usable >> i & 1), (pool, i, None))
+                cores = mem = cpus = 0
+                for dev in devs:
+                    if dev.ai_cores > cores:
+                        cores = dev.ai_cores
+                    if dev.hbm_mb > mem:
+                        mem = dev.hbm_mb
+                    if dev.ai_cpus > cpus:
+                        cpus = dev.ai_cpus
+                if cores > chip.card_cores:
+                    chip.card_cores = cores
+                if mem > chip.card_mem:
+                    chip.card_mem = mem
+                if cpus > chip.card_cpus:
+                    chip.card_cpus = cpus
+        self.largest_node = largest
+        for chip in chips.values():
+            layouts = chip.layouts
+            for pool in chip.pools:
+                found = layouts.get(pool.groups)
+                if found is None:
+                    found = layouts[pool.groups] = (len(layouts), {})
+                pool.gid, pool.ktab = found
 
 
 class ClusterState:
@@ -199,113 +455,142 @@ class ClusterState:
         self.strategy = strategy
         self.now = now
         self.templates: Mapping[tuple[str, str], VnpuTemplate] = snapshot.templates
-        self.chips: dict[str, Chip] = {}
-        self.pools: list[Pool] = []
+        layout = self._layout = Layout.get(snapshot.nodes)
+        self.chips: dict[str, Chip] = layout.chips
+        self.pools: list[Pool] = layout.pools
         #: device id -> (pool, index)
-        self.where: dict[int, tuple[Pool, int]] = {}
-        #: device id -> job ids on it (one for a whole card, several slices)
-        self.card_jobs: dict[int, list[int]] = {}
+        self.where: dict[int, tuple[Pool, int]] = layout.where
+        self.largest_node = layout.largest_node
+        self._card_jobs: dict[int, list[int]] | None = None
         self.occupants: dict[int, Occupant] = {}
-        self.largest_node = 0
-        self._build_layout(snapshot.nodes)
 
-    # -- construction ------------------------------------------------------
+    def release(self) -> None:
+        """The tick is over: hand the layout back for the next tick (this state is dead after)."""
+        layout, self._layout = self._layout, None
+        if layout is not None:
+            layout.put_back()
 
-    def _build_layout(self, nodes: list[NodeState]) -> None:
-        chips = self.chips
-        where = self.where
-        for node in nodes:
-            devices = node.devices
-            if not devices:
-                continue
-            first = devices[0].chip_model
-            by_chip: dict[str, list[DeviceState]]
-            if all(dev.chip_model == first for dev in devices):  # the usual server: one model
-                by_chip = {first: sorted(devices, key=_index)}
-            else:
-                by_chip = {}
-                for dev in devices:
-                    by_chip.setdefault(dev.chip_model, []).append(dev)
-                for devs in by_chip.values():
-                    devs.sort(key=_index)
-            self.largest_node = max(self.largest_node, len(devices))
-            for chip_name, devs in by_chip.items():
-                pool = Pool(len(self.pools), node, chip_name, devs)
-                self.pools.append(pool)
-                chip = chips.get(chip_name)
-                if chip is None:
-                    chip = chips[chip_name] = Chip(chip_name)
-                chip.pools.append(pool)
-                chip.size = max(chip.size, pool.size)
-                chip.gmax = max([chip.gmax] + [g.bit_count() for g in pool.groups])
-                chip.total += pool.size
-                chip.usable_count += pool.usable.bit_count()
-                where.update({dev.id: (pool, i) for i, dev in enumerate(devs)})
-                chip.card_cores = max(chip.card_cores, max(dev.ai_cores for dev in devs))
-                chip.card_mem = max(chip.card_mem, max(dev.hbm_mb for dev in devs))
-                chip.card_cpus = max(chip.card_cpus, max(dev.ai_cpus for dev in devs))
-        for chip in chips.values():
-            chip.buckets = [{} for _ in range((chip.gmax + 1) * (chip.size + 1))]
-            chip.group_count = [0] * (chip.gmax + 1)
-            chip.slice_buckets = [{} for _ in range(chip.card_cores + 1)]
-            chip.free_units = float(chip.usable_count)
+    @property
+    def card_jobs(self) -> dict[int, list[int]]:
+        """device id -> job ids on it (one for a whole card, several slices); built on first use."""
+        cj = self._card_jobs
+        if cj is None:
+            cj = self._card_jobs = {}
+            add = cj.setdefault
+            for jid, occ in self.occupants.items():
+                for pool, i, _ in occ.cards:
+                    add(pool.ids[i], []).append(jid)
+        return cj
+
+    def add_occupant(self, occ: Occupant) -> None:
+        """Record a job started in this tick (after its cards were taken)."""
+        jid = occ.job.id
+        self.occupants[jid] = occ
+        cj = self._card_jobs
+        if cj is not None:
+            for pool, i, _ in occ.cards:
+                dev = pool.ids[i]
+                jobs = cj.get(dev)
+                if jobs is None:
+                    cj[dev] = [jid]
+                else:
+                    jobs.append(jid)
 
     def occupy(self, running: Iterable[JobState], evicted: set[int]) -> None:
-        """Mark the running jobs' devices taken (jobs in ``evicted`` are gone)."""
-        where = self.where
+        """Mark the running jobs' devices taken (jobs in ``evicted`` are gone). Once, on a fresh state."""
         templates = self.templates
-        card_jobs = self.card_jobs
-        now = self.now
+        chips = self.chips
+        occupants = self.occupants
+        sliced: set[Pool] = set()
+        layout = self._layout
+        slot_info = layout.slot_info
+        # Whole-card jobs already seen by this layout, by their slots tuple: the
+        # simulator keeps a running job's tuple from tick to tick. A tuple of
+        # frozen slots is a value, so the same object means the same cards;
+        # the entry keeps the tuple alive so its id cannot be reused. Entries
+        # not seen in this tick are dropped.
+        seen = layout.seen_slots
+        kept: dict[int, tuple] = {}
         for job in running:
-            if job.id in evicted:
+            if evicted and job.id in evicted:
+                continue
+            slots = job.slots
+            hit = seen.get(id(slots))
+            if hit is not None and hit[0] is slots:
+                for pool, keep in hit[1]:
+                    pool.free &= keep
+                kept[id(slots)] = hit
+                chip_name = hit[5] if hit[5] is not None else job.chip_model
+                occupants[job.id] = Occupant(job, chip_name or "", hit[3], hit[2], hit[4], None, job.preempt_deadline)
                 continue
             cards: list[tuple[Pool, int, VnpuTemplate | None]] = []
             units = usable_units = 0.0
             chip_name = job.chip_model
-            for slot in job.slots:
-                loc = where.get(slot.device_id)
-                if loc is None:  # device gone from the inventory: count it, place nothing
+            located: str | None = None
+            whole = True
+            for slot in slots:
+                info = slot_info.get(slot.device_id)
+                if info is None:  # device gone from the inventory: count it, place nothing
                     units += 1.0
+                    if slot.vnpu_template is not None:
+                        whole = False
                     continue
-                pool, i = loc
-                chip_name = pool.chip
-                bit = 1 << i
+                pool, keep, usable, card = info
+                chip_name = located = pool.chip
+                pool.free &= keep
                 tmpl = None
                 if slot.vnpu_template is not None:
-                    tmpl = templates.get((pool.chip, slot.vnpu_template))
+                    whole = False
+                    tmpl = templates.get((chip_name, slot.vnpu_template))
                 if tmpl is None:
-                    pool.free &= ~bit
-                    u = 1.0
-                else:
-                    pool.free &= ~bit
-                    pool.used_cores[i] += tmpl.ai_cores
-                    pool.used_mem[i] += tmpl.memory_mb
-                    pool.used_cpus[i] += tmpl.ai_cpus
-                    pool.slices[i] += 1
-                    u = self.chips[pool.chip].slice_units(tmpl)
+                    units += 1.0
+                    if usable:
+                        usable_units += 1.0
+                    cards.append(card)
+                    continue
+                i = card[1]
+                pool.used_cores[i] += tmpl.ai_cores
+                pool.used_mem[i] += tmpl.memory_mb
+                pool.used_cpus[i] += tmpl.ai_cpus
+                pool.slices[i] += 1
+                sliced.add(pool)
+                u = chips[chip_name].slice_units(tmpl)
                 units += u
-                if pool.usable & bit:
+                if usable:
                     usable_units += u
                 cards.append((pool, i, tmpl))
-                card_jobs.setdefault(slot.device_id, []).append(job.id)
-            self.occupants[job.id] = Occupant(
-                job,
-                chip_name or "",
-                units,
-                cards,
-                usable_units,
-                expected_end(job, now),
-                job.preempt_deadline,
-            )
-        for chip in self.chips.values():
+            if whole and cards:
+                masks: dict[Pool, int] = {}
+                for pool, i, _ in cards:
+                    masks[pool] = masks.get(pool, -1) & ~(1 << i)
+                kept[id(slots)] = (slots, tuple(masks.items()), cards, units, usable_units, located)
+            # expected_end is worked out when a shadow time needs it (see :func:`end_of`)
+            occupants[job.id] = Occupant(job, chip_name or "", units, cards, usable_units, None, job.preempt_deadline)
+        layout.seen_slots = kept
+        for chip in chips.values():  # every pool into its bucket (all empty after the reset), in pool order
             free_units = 0.0
+            width = chip.size + 1
+            buckets = chip.buckets
+            counts = chip.group_count
+            top = chip.max_group_free
             for pool in chip.pools:
-                chip.rebucket(pool)
-                free_units += pool.free.bit_count()
-                for i in range(pool.size):
-                    if pool.slices[i] and pool.usable >> i & 1:
-                        free_units += self._slice_left(chip, pool, i) / chip.card_cores
-                        self._rebucket_slice(chip, pool, i, None)
+                free = pool.free
+                key = pool.ktab.get(free)
+                if key is None:
+                    key = chip.bucket_key(pool)
+                buckets[key][pool] = None
+                pool.key = key
+                g = key // width
+                counts[g] += 1
+                if g > top:
+                    top = g
+                free_units += free.bit_count()
+                if pool in sliced:
+                    for i in range(pool.size):
+                        if pool.slices[i] and pool.usable >> i & 1:
+                            free_units += self._slice_left(chip, pool, i) / chip.card_cores
+                            self._rebucket_slice(chip, pool, i, None)
+            chip.max_group_free = top
             chip.free_units = free_units
 
     # -- slices --------------------------------------------------------------
@@ -364,6 +649,15 @@ def expected_end(job: JobState, now: float) -> float:
     if job.preempt_deadline is not None:
         end = min(end, max(job.preempt_deadline, now))
     return end
+
+
+def end_of(occ: Occupant, now: float) -> float:
+    """When ``occ``'s cards come free: its expected end, or its grace deadline if earlier."""
+    end = occ.expected_end
+    if end is None:
+        end = occ.expected_end = expected_end(occ.job, now)
+    leaving = occ.leaving
+    return end if leaving is None else min(end, leaving)
 
 
 def slot_units(state: ClusterState, device_id: int, template: str | None) -> float:

@@ -50,16 +50,23 @@ limits holds no place (Slurm does the same with association limits).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+import heapq
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from operator import attrgetter
 
 from scheduling.engine import reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
-from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool
+from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import fair_share_factors, tree_from_usage, user_leaf
-from scheduling.engine.placement import Need, Placement, commit, find, need_of
+from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
+from scheduling.engine.policy import DEVICES, chip_resource
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
-from scheduling.engine.priority import class_factors, order_pending
-from scheduling.engine.quota import TeamLedger, admit, quota_in_force
+from scheduling.engine.priority import class_factors
+from scheduling.engine.quota import TeamLedger, admit, admit_devices, quota_in_force
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
     Decisions,
@@ -71,15 +78,62 @@ from scheduling.engine.snapshot import (
     Wait,
 )
 
-#: ``Wait`` objects of the previous tick, reused when a job waits for the same
-#: reason again: the value is immutable, and building 10k frozen dataclasses is
-#: a third of a tick. Replaced (not grown) every tick, so it never outlives the queue.
-_previous_waits: dict[tuple[int, str, str, float | None], Wait] = {}
+_PRIORITY_TEXT = "a higher-priority job waits for these devices"
+
+
+class _Group:
+    """Pending jobs of one team, class and shape: what the tick decides once for all of them."""
+
+    __slots__ = (
+        "budget",
+        "cls",
+        "ledger",
+        "max_duration",
+        "memo",
+        "mode",
+        "n",
+        "need",
+        "size",
+        "slow",
+        "static",
+        "team",
+    )
+
+    def __init__(self, team: str, cls: str, need: Need, ledger: TeamLedger) -> None:
+        self.team = team
+        self.cls = cls
+        self.need = need
+        self.ledger = ledger
+        #: ``(reason, detail)`` every job of the group waits with (class not in the policy / not allowed).
+        self.static: tuple[str, str] | None = None
+        #: No chip model fits the shape: admission job by job, then the shape's reason.
+        self.slow = False
+        #: Anything to check job by job before the shared answer (static, slow, duration, budget).
+        self.mode = False
+        #: The team's max job duration and monthly device-hours, plus the float slack (or ``None``).
+        self.max_duration = None if ledger.max_duration is None else ledger.max_duration + EPS
+        self.budget = None if ledger.budget is None else ledger.budget + EPS
+        #: Waits of steps 4c-4g by rank (see ``Tick.run``): ``[chips, version, reason, detail,
+        #: estimated, stable epoch, reservations.taken when checked, margin then]``.
+        self.memo: dict[int, list] = {}
+        #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
+        self.n = 0
+        self.size = 0.0
 
 
 def decide(snapshot: Snapshot) -> Decisions:
     """Starts, preemptions, evictions and a reason for every waiting job."""
-    return Tick(snapshot).run()
+    # A tick allocates tens of thousands of small objects and frees almost none of
+    # them before it ends: the cyclic collector would walk the caller's whole heap
+    # several times (a tenth of a 10k-job tick) to find nothing. It runs after.
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        return Tick(snapshot).run()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Tick:
@@ -89,36 +143,60 @@ class Tick:
         self.snapshot = snapshot
         self.policy = policy = snapshot.policy
         self.now = now = snapshot.now.timestamp()
-        self.out = Decisions()
-        self.out.evictions = [
-            job.id for job in snapshot.running if job.preempt_deadline is not None and job.preempt_deadline <= now
-        ]
-        evicted = set(self.out.evictions)
+        self.out = out = Decisions()
+        running = snapshot.running
+        out.evictions = [job.id for job in running if job.preempt_deadline is not None and job.preempt_deadline <= now]
         self.state = state = ClusterState(snapshot, policy.placement_strategy, now)
-        state.occupy(snapshot.running, evicted)
+        state.occupy(running, set(out.evictions))
         self.ledgers: dict[str, TeamLedger] = {}
-        for occ in state.occupants.values():
-            ledger = self.ledger(occ.job.team)
-            ledger.add(occ.chip, occ.units)
-            ledger.jobs += 1
+        #: Occupants started or newly leaving in this tick (their releases move).
+        self._changed: list[Occupant] = self._count_running()
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
         self.need_cache: dict[tuple, Need] = {}
-        #: Backfill holds (backfill on) per chip model.
+        #: Backfill holds (backfill on) per chip model, and their shadow times in order.
         self.holds: dict[str, Hold] = {}
+        self._shadows: list[float] = []
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         self._claims: list[tuple[list[int], float]] = []
         #: Bumped whenever the free state changes; keys the memo of waits.
         self.version = 0
-        self._memo: dict[tuple, tuple[int, str, str, float | None]] = {}
-        self.need_by_id: dict[int, Need] = {}
-        self._hold_fail: dict[tuple[int, str], int] = {}
-        #: Occupants started or newly leaving in this tick (their releases move).
-        self._changed: list[Occupant] = [occ for occ in self.state.occupants.values() if occ.leaving is not None]
-        self._base_releases: dict[str, list[Release]] = {}
-        self._waits: dict[tuple[int, str, str, float | None], Wait] = {}
+        #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
+        #: (see :meth:`place`) stays right across starts while this does not change.
+        self._epoch = 0
+        self._stable = False
+        #: ``(id(need), chip)`` whose placement failed: free cards only shrink during a
+        #: tick, so a shape that does not fit now does not fit later in the tick, except
+        #: after a start on held cards (a held card given a slice has room for more).
+        self._find_fail: set[tuple[int, str]] = set()
+        #: Same for placements that may use a hold's cards (the hold only shrinks too).
+        self._hold_fail: set[tuple[int, str]] = set()
+        #: Running jobs per chip model by expected end (built on the first shadow time).
+        self._base_releases: dict[str, list[Occupant]] = {}
+
+    def _count_running(self) -> list[Occupant]:
+        """Charge the running jobs to their teams' ledgers; returns the jobs already leaving."""
+        ledgers = self.ledgers
+        keys: dict[str, str] = {}
+        leaving: list[Occupant] = []
+        for occ in self.state.occupants.values():
+            team = occ.job.team
+            ledger = ledgers.get(team)
+            if ledger is None:
+                ledger = self.ledger(team)
+            usage = ledger.usage
+            units = occ.units
+            usage[DEVICES] += units
+            key = keys.get(occ.chip)
+            if key is None:
+                key = keys[occ.chip] = chip_resource(occ.chip)
+            usage[key] = usage.get(key, 0.0) + units
+            ledger.jobs += 1
+            if occ.leaving is not None:
+                leaving.append(occ)
+        return leaving
 
     # -- helpers -------------------------------------------------------------
 
@@ -144,108 +222,266 @@ class Tick:
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:
-        key = (job_id, reason, detail, estimated)
-        w = _previous_waits.get(key)
-        if w is None:
-            w = Wait(job_id, reason, detail, estimated)
-        self._waits[key] = w
-        self.out.waiting[job_id] = w
+        self.out.waiting[job_id] = Wait(job_id, reason, detail, estimated)
 
-    def fair_share_of(self) -> dict[tuple[str, str], float]:
+    def fair_share_of(self, users: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], float]:
+        """Fair-share factor of every ``(team, user)`` with a pending job (or of ``users``)."""
         snap = self.snapshot
-        users = {(job.team, job.user) for job in snap.pending}
+        if users is None:
+            users = {(job.team, job.user) for job in snap.pending}
         tree = tree_from_usage(self.policy, snap.usage, users)
         factors = fair_share_factors(tree)
         return {pair: factors[user_leaf(*pair)] for pair in users}
 
     # -- the pipeline ------------------------------------------------------------
 
-    def run(self) -> Decisions:
-        global _previous_waits
-        snap = self.snapshot
-        policy = self.policy
-        fair = self.fair_share_of()
+    def order(self) -> tuple[list[int], list[_Group]]:
+        """Step 3: indices into ``snapshot.pending``, highest priority first, and every job's group.
+
+        Same order as :func:`priority.order_pending` (score, then earlier
+        submission, then lower id), computed on plain lists: one float per job;
+        what is constant per (team, user, class) or per (team, class, shape) is
+        computed once.
+        """
+        pending = self.snapshot.pending
+        groups = self._groups()
+        ordering = self.policy.ordering
+        w_class = ordering.weight_priority_class
+        w_fs = ordering.weight_fair_share
+        w_age = ordering.weight_age
+        w_size = ordering.weight_job_size
+        max_age = ordering.max_age_s
+        largest = self.state.largest_node
+        age_scale = w_age / max_age if max_age > 0 else 0.0
+        size_scale = w_size / largest if largest > 0 else 0.0
+        class_f = class_factors(self.policy)
+        # Constant part per (team, user, class).
+        owner_keys = [(j.team, j.user, j.priority_class) for j in pending]
+        owners = set(owner_keys)
+        fair = self.fair_share_of({(team, user) for team, user, _ in owners})
+        base: dict[tuple[str, str, str], float] = {}
+        for key in owners:
+            base[key] = w_class * class_f.get(key[2], 0.0) + w_fs * fair[(key[0], key[1])]
+        bases = map(base.__getitem__, owner_keys)
+        now = self.now
+        if size_scale:
+            for group in set(groups):
+                need = group.need
+                units = need.first_units if need.chips else float(group.n)
+                group.size = min(units * size_scale, w_size)
+            sizes = map(attrgetter("size"), groups)
+            if max_age <= 0:
+                neg = [-((b + w_age) + z) for b, z in zip(bases, sizes, strict=True)]
+            else:
+                neg = [
+                    -(
+                        (b + w_age if (w := now - j.submitted_at) >= max_age else (b + w * age_scale if w > 0 else b))
+                        + z
+                    )
+                    for j, b, z in zip(pending, bases, sizes, strict=True)
+                ]
+        elif max_age <= 0:
+            neg = [-(b + w_age) for b in bases]
+        else:
+            neg = [
+                -(b + w_age if (w := now - j.submitted_at) >= max_age else (b + w * age_scale if w > 0 else b))
+                for j, b in zip(pending, bases, strict=True)
+            ]
+        n = len(pending)
+        idx = sorted(range(n), key=neg.__getitem__)
+        if len(set(neg)) != n:  # ties: earlier submission, then lower id
+            ids = [j.id for j in pending]
+            subs = [j.submitted_at for j in pending]
+            idx = sorted(range(n), key=ids.__getitem__)
+            idx.sort(key=subs.__getitem__)
+            idx.sort(key=neg.__getitem__)
+        return idx, groups
+
+    def _groups(self) -> list[_Group]:
+        """Every pending job's :class:`_Group` (team, class and shape), aligned with ``snapshot.pending``."""
+        pending = self.snapshot.pending
+        class_rank = self.class_rank
         state = self.state
-        need_cache = self.need_cache
+        nc = self.need_cache
+        groups: dict[tuple, _Group] = {}
+        keys = [(j.team, j.priority_class, j.chip_model, j.vnpu_template, j.num_devices) for j in pending]
+        for key in set(keys):
+            team, cls, chip_model, template, n = key
+            shape = (chip_model, template, 1 if template else n)
+            need = nc.get(shape) or need_of_key(state, shape, nc)
+            ledger = self.ledger(team)
+            group = groups[key] = _Group(team, cls, need, ledger)
+            group.n = n
+            if cls not in class_rank:
+                group.static = (reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not in the policy")
+            elif not need.chips:
+                group.slow = True  # admission per job, then the static shape reason
+            elif ledger.allowed is not None and cls not in ledger.allowed:
+                group.static = (reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not allowed")
+            group.mode = (
+                group.static is not None or group.slow or ledger.max_duration is not None or ledger.budget is not None
+            )
+        return list(map(groups.__getitem__, keys))
 
-        need_by_id = self.need_by_id
-        for job in snap.pending:
-            need_by_id[job.id] = need_of(state, job, need_cache)
-
-        def size_units(job: JobState) -> float:
-            need = need_by_id[job.id]
-            return need.units[need.chips[0]] if need.chips else float(job.num_devices)
-
-        ordered = order_pending(
-            snap.pending,
-            policy.ordering,
-            class_factors(policy),
-            lambda team, user: fair[(team, user)],
-            self.now,
-            size_units,
-            state.largest_node,
-        )
-        for job in ordered:
-            self.consider(job)
-        for hold in self.holds.values():  # the hold only lives inside the tick
-            for pool, mask in hold.free_now:
-                state.release_whole(pool, mask)
-        _previous_waits = self._waits
+    def run(self) -> Decisions:
+        state = self.state
+        idx, groups = self.order()
+        pending = self.snapshot.pending
+        waiting = self.out.waiting
+        holds = self.holds
+        now = self.now
+        place = self.place
+        reservations = self.reservations
+        reserved = bool(reservations.held)
+        shadows = self._shadows
+        for job, group in zip(map(pending.__getitem__, idx), map(groups.__getitem__, idx), strict=True):
+            jid = job.id
+            ledger = group.ledger
+            need = group.need
+            if group.mode:  # admission steps that depend on the job itself (quota.admit's order)
+                if group.static is not None:
+                    waiting[jid] = Wait(jid, *group.static)
+                    continue
+                if group.slow:
+                    self._admit_slow(job, group)
+                    continue
+                limit = group.max_duration
+                if limit is not None and (job.max_duration_s or job.estimated_duration_s) > limit:
+                    duration = job.max_duration_s or job.estimated_duration_s
+                    waiting[jid] = Wait(
+                        jid, reasons.QUOTA_MAX_DURATION, f"{duration:.0f}s > max {ledger.max_duration:.0f}s"
+                    )
+                    continue
+                budget = group.budget
+                if budget is not None:
+                    hours = need.first_units * job.estimated_duration_s / 3600.0
+                    if ledger.month_hours + hours > budget:
+                        waiting[jid] = Wait(
+                            jid,
+                            reasons.MONTHLY_BUDGET_EXHAUSTED,
+                            f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
+                        )
+                        continue
+            adm = ledger.adm.get(need)
+            if adm is None:
+                adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
+                if adm[0] is not None:
+                    waiting[jid] = Wait(jid, adm[0], adm[1])
+                    continue
+            elif adm[0] is not None:
+                waiting[jid] = Wait(jid, adm[0], adm[1])
+                continue
+            chips = adm[2]
+            # Steps 4c-4g give the same answer to every job of the same team, class
+            # and shape until the free state changes (a start, a hold, a preemption):
+            # the long tail of a full queue is answered from this memo. With holds,
+            # the answer also depends on which shadow times the job ends before.
+            if holds:
+                duration = job.estimated_duration_s or job.max_duration_s or 0.0
+                rank = bisect_left(shadows, now + duration) if duration > 0 else -1
+            else:
+                rank = 0
+            hit = group.memo.get(rank)
+            version = self.version
+            if hit is not None and hit[0] == chips:
+                if hit[1] == version:
+                    waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
+                    continue
+                if hit[5] == self._epoch:  # a stable wait (see place)
+                    if not reserved or reservations.taken - hit[6] < hit[7]:
+                        waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
+                        continue
+                    margin = self._reservations_fit(group.cls, need, chips)
+                    if margin is not None:
+                        hit[6] = reservations.taken
+                        hit[7] = margin
+                        waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
+                        continue
+            outcome = place(job, need, ledger, list(chips))
+            shadows = self._shadows
+            if outcome is not None:
+                waiting[jid] = Wait(jid, *outcome)
+                if self.version == version:
+                    group.memo[rank] = [
+                        chips,
+                        version,
+                        *outcome,
+                        self._epoch if self._stable else -1,
+                        reservations.taken,
+                        -1.0,  # margin unknown: check the reservations after the next start
+                    ]
+        state.release()  # the free state is dead now: its layout goes back for the next tick
         return self.out
 
-    def consider(self, job: JobState) -> None:
-        """Steps 4a-4g for one job."""
-        need = self.need_by_id.get(job.id) or need_of(self.state, job, self.need_cache)
-        ledger = self.ledgers.get(job.team) or self.ledger(job.team)
-        if job.priority_class not in self.class_rank:
-            self.wait(job.id, reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {job.priority_class} is not in the policy")
-            return
-        reason, detail, chips = admit(ledger, job, need.chips, need.units)
-        if reason is not None:
-            self.wait(job.id, reason, detail)
-            return
-        if not need.chips:
-            self.wait(job.id, need.reason or reasons.TOPOLOGY, need.detail)
-            return
-        # Steps 4c-4g give the same answer to every job of the same team, class
-        # and shape until the free state changes (a start, a hold, a preemption):
-        # the long tail of a full queue is answered from this memo.
-        holds = self.holds
-        if holds:
-            duration = job.estimated_duration_s or job.max_duration_s or 0.0
-            short = tuple(ends_before(self.now, duration, h.shadow) for h in holds.values())
-        else:
-            short = ()
-        key = (job.team, job.priority_class, id(need), short, tuple(chips))
-        hit = self._memo.get(key)
-        version = self.version
-        if hit is not None and hit[0] == version:
-            self.wait(job.id, hit[1], hit[2], hit[3])
-            return
-        outcome = self.place(job, need, ledger, chips)
-        if outcome is not None:
-            self.wait(job.id, *outcome)
-            if self.version == version:
-                self._memo[key] = (version, *outcome)
+    def _admit_slow(self, job: JobState, group: _Group) -> None:
+        """No chip model fits the shape: the team's limits first, then the shape's reason."""
+        need = group.need
+        reason, detail, _ = admit(group.ledger, job, need.chips, need.units)
+        if reason is None:
+            reason, detail = need.reason or reasons.TOPOLOGY, need.detail
+        self.out.waiting[job.id] = Wait(job.id, reason, detail)
+
+    def _reservations_fit(self, cls: str, need: Need, chips: tuple[str, ...]) -> float | None:
+        """``None`` if a reservation limits a job of ``cls`` and shape ``need`` on one of ``chips`` now.
+
+        Else the margin: by how many units the reservations' headroom may still
+        shrink before one could. Headroom only shrinks during a tick, by at most
+        the units started (a start takes free units; one of a reserved class
+        gives back at most as much), so a memo entry checks again only when
+        ``reservations.taken`` has grown by its margin.
+        """
+        reservations = self.reservations
+        rooms = reservations._room
+        units = need.units
+        margin = math.inf
+        for chip in chips:
+            room = rooms.get((cls, chip))
+            if room is None:
+                room = reservations.headroom(cls, chip)
+            if units[chip] > room + EPS:
+                return None
+            left = room - units[chip]
+            if left < margin:
+                margin = left
+        if margin == math.inf:
+            return margin
+        return margin - 1e-6 * (1.0 + abs(margin))  # slack for the float sums behind the headroom
 
     def place(
         self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str]
     ) -> tuple[str, str, float | None] | None:
-        """Steps 4c-4g; ``None`` when the job started or got room by preemption, else its wait."""
+        """Steps 4c-4g; ``None`` when the job started or got room by preemption, else its wait.
+
+        Sets ``self._stable`` when the wait cannot change for the rest of the tick
+        while no hold is added, ``_find_fail`` is not cleared and no reservation
+        starts to limit the job: every chip was within the reservations, placement
+        failed on every open chip (free cards only shrink), the held cards were not
+        tried, no victim search could run (the search budget only shrinks, a team
+        only leaves its guarantee) and every open chip already has a blocked job.
+        Starts elsewhere do not change such a wait, so the memo keeps it across them.
+        """
+        self._stable = True
         state = self.state
+        units = need.units
         # 4c reservations
         headroom: dict[str, float] = {}
         held_back = ""
-        if self.reservations.held:
+        reservations = self.reservations
+        if reservations.held:
+            cls = job.priority_class
             fit_chips = []
             for chip in chips:
-                room = self.reservations.headroom(job.priority_class, chip)
-                if need.units[chip] <= room + EPS:
+                if reservations.surely_fits(cls, chip, units[chip]):
+                    fit_chips.append(chip)
+                    continue
+                room = reservations.headroom(cls, chip)
+                if units[chip] <= room + EPS:
                     fit_chips.append(chip)
                     continue
                 headroom[chip] = room
-                if state.chips[chip].free_units + EPS >= need.units[chip]:
-                    held_back = self.reservations.describe(job.priority_class, chip)
+                self._stable = False
+                if state.chips[chip].free_units + EPS >= units[chip]:
+                    held_back = reservations.describe(cls, chip)
                 else:  # short of devices anyway: preemption may still make room
                     fit_chips.append(chip)
             if not fit_chips:
@@ -253,28 +489,43 @@ class Tick:
             chips = fit_chips
         # 4d queue position (backfill off)
         open_chips = chips
-        if self.blocked:
-            open_chips = [c for c in chips if c not in self.blocked or ledger.within_guarantee(c, need.units[c])]
+        blocked = self.blocked
+        if blocked:
+            open_chips = [c for c in chips if c not in blocked or ledger.within_guarantee(c, units[c])]
             if not open_chips:
-                if self.may_preempt(job, need, chips) and self.try_preempt(job, need, chips, headroom):
-                    return None
-                return reasons.PRIORITY, "a higher-priority job waits for these devices", None
+                if self.may_preempt(job, need, chips):
+                    self._stable = False
+                    if self.try_preempt(job, need, chips, headroom):
+                        return None
+                return reasons.PRIORITY, _PRIORITY_TEXT, None
         # 4e placement
+        holds = self.holds
+        find_fail = self._find_fail
+        nid = id(need)
         for chip in open_chips:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
-            placement = find(state, need, chip)
-            hold = self.holds.get(chip)
+            if (nid, chip) in find_fail:
+                placement = None
+            else:
+                placement = find(state, need, chip)
+                if placement is None:
+                    find_fail.add((nid, chip))
+            hold = holds.get(chip)
             if placement is None and hold is not None:
                 duration = job.estimated_duration_s or (job.max_duration_s or 0.0)
-                if ends_before(self.now, duration, hold.shadow) or ledger.within_guarantee(chip, need.units[chip]):
+                if ends_before(self.now, duration, hold.shadow) or ledger.within_guarantee(chip, units[chip]):
+                    self._stable = False
                     placement = self.find_with_hold(need, chip, hold)
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=hold is not None)
                 return None
         # 4f preemption
-        if self.may_preempt(job, need, chips) and self.try_preempt(job, need, chips, headroom):
-            return None
+        preemptor = self._preemptor
+        if (preemptor is None or preemptor.searches < MAX_SEARCHES_PER_TICK) and self.may_preempt(job, need, chips):
+            self._stable = False
+            if self.try_preempt(job, need, chips, headroom):
+                return None
         # 4g blocked
         if held_back and all(c in headroom for c in chips):
             return reasons.RESERVED_CAPACITY, held_back, None
@@ -282,10 +533,18 @@ class Tick:
 
     def find_with_hold(self, need: Need, chip: str, hold: Hold) -> Placement | None:
         """Placement that may use the held cards (the job ends before the shadow time)."""
-        key = (id(need), chip)
-        if self._hold_fail.get(key) == self.version:
-            return None
         state = self.state
+        key = (id(need), chip)
+        if key in self._hold_fail:
+            # Known not to fit (the free cards and the hold only shrink). Releasing and
+            # re-taking the held cards moves their pools to the end of their buckets,
+            # which later placements see: do just that.
+            chip_state = state.chips[chip]
+            for pool, _ in hold.free_now:
+                bucket = chip_state.buckets[pool.key]
+                del bucket[pool]
+                bucket[pool] = None
+            return None
         for pool, mask in hold.free_now:
             state.release_whole(pool, mask)
         placement = find(state, need, chip)
@@ -301,7 +560,10 @@ class Tick:
                 kept.append((pool, rest))
         hold.free_now = kept
         if placement is None:
-            self._hold_fail[key] = self.version
+            self._hold_fail.add(key)
+        else:  # a held card may become a sliced card with room left: visible to plain placement
+            self._find_fail.clear()
+            self._epoch += 1
         return placement
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
@@ -314,12 +576,17 @@ class Tick:
         ledger.month_hours += units * job.estimated_duration_s / 3600.0
         self.reservations.on_start(job.priority_class, chip, units)  # also clears its memo
         tmpl = placement.template
-        cards: list[tuple[Pool, int, VnpuTemplate | None]] = [(pool, i, tmpl) for pool, i in placement.cards]
+        one = placement.pool
+        cards: list[tuple[Pool, int, VnpuTemplate | None]]
+        if one is not None:
+            entries = one.entries
+            cards = [entries[i] for i in placement.picked]
+        else:
+            cards = [(pool, i, tmpl) for pool, i in placement.cards]
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
-        occ = state.occupants[job.id] = Occupant(job, chip, units, cards, units, self.now + duration)
+        occ = Occupant(job, chip, units, cards, units, self.now + duration)
+        state.add_occupant(occ)
         self._changed.append(occ)
-        for slot in slots:
-            state.card_jobs.setdefault(slot.device_id, []).append(job.id)
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(job.id, slots, backfilled))
@@ -344,11 +611,14 @@ class Tick:
     def blocked_job(self, job: JobState, need: Need, chips: list[str]) -> tuple[str, str, float | None]:
         """4g: first blocked job of a pool gets a shadow time (and a hold); others wait."""
         backfill = self.policy.backfill
-        fresh = [c for c in chips if c not in self.holds and c not in self.blocked]
+        holds = self.holds
+        blocked = self.blocked
+        fresh = [c for c in chips if c not in holds and c not in blocked]
         if not fresh:
             if backfill:
                 return reasons.RESOURCES, "", None
-            return reasons.PRIORITY, "a higher-priority job waits for these devices", None
+            return reasons.PRIORITY, _PRIORITY_TEXT, None
+        self._stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in fresh:
             found = shadow(self.state, need, chip, self.releases(chip))
@@ -374,52 +644,117 @@ class Tick:
         for pool, mask in masks.items():
             state.take_whole(pool, mask)
         self.holds[chip] = Hold(chip, job.id, at, list(masks.items()), frozenset(devices))
+        self._shadows = sorted(h.shadow for h in self.holds.values())
+        self._epoch += 1
 
     def releases(self, chip: str) -> Iterable[Release]:
         """Expected card releases on ``chip``, in time order (for the shadow time).
 
-        The running jobs' releases are built and sorted once per chip and tick;
-        jobs started in this tick and cards promised to jobs in their grace are
-        merged in on each call (a handful).
+        The running jobs on the chip are sorted by expected end once per chip and
+        tick; their releases are built lazily, as far as the shadow replay reads.
+        Jobs started in this tick and newly leaving ones are merged in on each
+        call; cards promised to jobs in their grace are split off (a handful).
         """
         claimed: dict[int, float] = {}
         for devices, free_at in self._claims:
             for dev in devices:
                 claimed[dev] = free_at
-        base = self._base_releases.get(chip)
-        if base is None:
-            base = []
+        release = partial(_release, self.now)
+        bases = self._base_releases
+        if not bases:  # the running jobs per chip, by expected end (stable): once per tick
+            now = self.now
+            by_chip: dict[str, list[Occupant]] = {}
             for occ in self.state.occupants.values():
-                if occ.chip == chip and occ.cards and occ.job.started_at is not None:
-                    base.append(_release(occ))
-            base.sort(key=_at)
-            self._base_releases[chip] = base
-        extra = [_release(occ) for occ in self._changed if occ.chip == chip and occ.cards]
-        if not extra and not claimed:
-            return base
-        moved = {id(r.occupant) for r in extra}
-        merged = [r for r in base if id(r.occupant) not in moved] + extra
-        if claimed:
-            split: list[Release] = []
-            for rel in merged:
-                late = [c for c in rel.cards if c[0].devs[c[1]].id in claimed]
-                if not late:
-                    split.append(rel)
-                    continue
-                split.append(Release(rel.at, [c for c in rel.cards if c not in late], rel.occupant))
-                free_at = max(claimed[c[0].devs[c[1]].id] for c in late)
-                split.append(Release(max(rel.at, free_at), late, rel.occupant))
-            merged = split
-        merged.sort(key=_at)
-        return merged
+                if occ.cards and occ.job.started_at is not None:
+                    occs = by_chip.get(occ.chip)
+                    if occs is None:
+                        by_chip[occ.chip] = [occ]
+                    else:
+                        occs.append(occ)
+            for name, occs in by_chip.items():
+                ends = [end_of(occ, now) for occ in occs]
+                bases[name] = [occs[i] for i in sorted(range(len(occs)), key=ends.__getitem__)]
+        base = bases.get(chip, [])
+        changed = [occ for occ in self._changed if occ.chip == chip and occ.cards]
+        if not changed and not claimed:
+            return map(release, base)
+        if changed:
+            moved = {id(occ) for occ in changed}
+            kept: Iterable[Occupant] = (occ for occ in base if id(occ) not in moved)
+        else:
+            kept = base
+        if not claimed:  # stable merge: ties keep running jobs first, then this tick's in order
+            return heapq.merge(map(release, kept), sorted(map(release, changed), key=_at), key=_at)
+        return _split_claimed(kept, changed, claimed, release, self.state)
+
+
+def _split_claimed(
+    kept: Iterable[Occupant],
+    changed: list[Occupant],
+    claimed: dict[int, float],
+    release: Callable[[Occupant], Release],
+    state: ClusterState,
+) -> Iterator[Release]:
+    """Releases with the promised cards split off (busy until the promise ends), in time order.
+
+    The order is that of a stable sort by time of: the running jobs' releases
+    (already in time order), then this tick's, each followed by the piece of
+    its promised cards. Produced lazily: pieces wait in a heap keyed by
+    ``(time, position)`` until the running jobs' stream passes them.
+    """
+    card_jobs = state.card_jobs
+    occupants = state.occupants
+    touched = {id(occupants[jid]) for dev in claimed for jid in card_jobs.get(dev, ()) if jid in occupants}
+
+    def pieces(rel: Release) -> tuple[Release, Release]:
+        late = [c for c in rel.cards if c[0].devs[c[1]].id in claimed]
+        free_at = max(claimed[c[0].devs[c[1]].id] for c in late)
+        return (
+            Release(rel.at, [c for c in rel.cards if c not in late], rel.occupant),
+            Release(max(rel.at, free_at), late, rel.occupant),
+        )
+
+    def running() -> Iterator[tuple[float, float, Release]]:
+        heap: list[tuple[float, float, Release]] = []
+        pos = 0
+        for pos, occ in enumerate(kept):
+            rel = release(occ)
+            while heap and (heap[0][0], heap[0][1]) < (rel.at, pos):
+                yield heapq.heappop(heap)
+            if id(occ) in touched and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
+                now_part, late_part = pieces(rel)
+                yield rel.at, pos, now_part
+                heapq.heappush(heap, (late_part.at, pos + 0.5, late_part))
+            else:
+                yield rel.at, pos, rel
+        while heap:
+            yield heapq.heappop(heap)
+
+    first = 1 << 40  # positions of this tick's releases come after every running job's
+    extra: list[tuple[float, float, Release]] = []
+    for k, occ in enumerate(changed):
+        rel = release(occ)
+        if any(c[0].devs[c[1]].id in claimed for c in rel.cards):
+            now_part, late_part = pieces(rel)
+            extra.append((rel.at, first + k, now_part))
+            extra.append((late_part.at, first + k + 0.5, late_part))
+        else:
+            extra.append((rel.at, first + k, rel))
+    extra.sort(key=_at_pos)
+    for _, _, rel in heapq.merge(running(), extra, key=_at_pos):
+        yield rel
+
+
+def _at_pos(item: tuple[float, float, Release]) -> tuple[float, float]:
+    return item[0], item[1]
 
 
 def _at(rel: Release) -> float:
     return rel.at
 
 
-def _release(occ: Occupant) -> Release:
-    end = occ.expected_end if occ.leaving is None else min(occ.expected_end, occ.leaving)
+def _release(now: float, occ: Occupant) -> Release:
+    end = end_of(occ, now)
     cards = [
         (
             pool,

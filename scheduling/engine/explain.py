@@ -47,6 +47,7 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
         "quota": {"schedule": ledger.schedule, **quota_to_json(policy, ledger.quota)},
     }
     if running:
+        tick.state.release()  # not run: hand its layout back for the next tick
         out.update(decision="running", reason=None, reason_text="", detail="", estimated_start=None)
         return out
     fair = tick.fair_share_of()

@@ -29,15 +29,19 @@ healthy, schedulable ones, ``Topology`` when it would not fit even those.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 from scheduling.engine import reasons
-from scheduling.engine.capacity import Chip, ClusterState, Pool, lowest_bits
+from scheduling.engine.capacity import Chip, ClusterState, Pool, lowest_bits  # noqa: F401 (used by backfill, preemption)
 from scheduling.engine.snapshot import JobState, Slot, VnpuTemplate
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Need:
-    """What a request shape needs, resolved against this cluster (shared by equal shapes)."""
+    """What a request shape needs, resolved against this cluster (shared by equal shapes).
+
+    Compared and hashed by identity: the tick resolves each shape once.
+    """
 
     whole: int
     template: str | None
@@ -49,6 +53,8 @@ class Need:
     #: Why ``chips`` is empty.
     reason: str | None = None
     detail: str = ""
+    #: Units on the first chip model (what admission and the job-size factor count).
+    first_units: float = 0.0
 
 
 @dataclass(slots=True)
@@ -59,6 +65,10 @@ class Placement:
     #: ``(pool, card index)`` pairs: several whole cards, or one card for a slice.
     cards: list[tuple[Pool, int]]
     template: VnpuTemplate | None = None
+    #: Whole cards on one node: that pool, the card indices and their mask (the fast path of :func:`commit`).
+    pool: Pool | None = None
+    picked: tuple[int, ...] = ()
+    mask: int = 0
 
 
 def need_of(state: ClusterState, job: JobState, cache: dict[tuple, Need]) -> Need:
@@ -66,7 +76,15 @@ def need_of(state: ClusterState, job: JobState, cache: dict[tuple, Need]) -> Nee
     key = (job.chip_model, job.vnpu_template, 1 if job.vnpu_template else job.num_devices)
     need = cache.get(key)
     if need is None:
-        need = cache[key] = _resolve(state, job.chip_model, job.vnpu_template, key[2])
+        need = need_of_key(state, key, cache)
+    return need
+
+
+def need_of_key(state: ClusterState, key: tuple, cache: dict[tuple, Need]) -> Need:
+    """Resolve and cache the :class:`Need` of shape ``key`` = ``(chip model, template, n)``."""
+    need = cache[key] = _resolve(state, key[0], key[1], key[2])
+    if need.chips:
+        need.first_units = need.units[need.chips[0]]
     return need
 
 
@@ -110,7 +128,17 @@ def _resolve(state: ClusterState, chip_model: str | None, template: str | None, 
 
 
 def _whole_fits(chip: Chip, n: int) -> tuple[str | None, str]:
-    """``(None, "")`` if ``n`` cards fit the healthy layout, else ``(reason, detail)``."""
+    """``(None, "")`` if ``n`` cards fit the healthy layout, else ``(reason, detail)``.
+
+    Depends on the layout only, so it is kept with it (:class:`capacity.Layout`).
+    """
+    found = chip.fits.get(n)
+    if found is None:
+        found = chip.fits[n] = _whole_fits_scan(chip, n)
+    return found
+
+
+def _whole_fits_scan(chip: Chip, n: int) -> tuple[str | None, str]:
     name = chip.name
     if n <= chip.gmax:
         best = max(((p.usable & g).bit_count() for p in chip.pools for g in p.groups), default=0)
@@ -152,16 +180,11 @@ def _resolve_slice(state: ClusterState, candidates: list[str], template: str) ->
         if tmpl is None:
             continue
         chip = state.chips[name]
-        fits_any = usable_fit = False
-        for pool in chip.pools:
-            for i, dev in enumerate(pool.devs):
-                if _card_holds(dev.ai_cores, dev.hbm_mb, dev.ai_cpus, tmpl):
-                    fits_any = True
-                    if pool.usable >> i & 1:
-                        usable_fit = True
-                        break
-            if usable_fit:
-                break
+        shape = (tmpl.ai_cores, tmpl.memory_mb, tmpl.ai_cpus)
+        found = chip.slice_fits.get(shape)
+        if found is None:  # depends on the layout only: kept with it
+            found = chip.slice_fits[shape] = _slice_fits_scan(chip, tmpl)
+        fits_any, usable_fit = found
         if usable_fit:
             ok.append(name)
             units[name] = chip.slice_units(tmpl)
@@ -173,6 +196,18 @@ def _resolve_slice(state: ClusterState, candidates: list[str], template: str) ->
     if ok:
         return Need(0, template, tuple(ok), units, tmpls)
     return Need(0, template, (), {}, {}, reason or reasons.CHIP_MODEL_UNAVAILABLE, detail)
+
+
+def _slice_fits_scan(chip: Chip, tmpl: VnpuTemplate) -> tuple[bool, bool]:
+    """Whether any card of ``chip`` can hold ``tmpl``, and any usable one."""
+    fits_any = False
+    for pool in chip.pools:
+        for i, dev in enumerate(pool.devs):
+            if _card_holds(dev.ai_cores, dev.hbm_mb, dev.ai_cpus, tmpl):
+                fits_any = True
+                if pool.usable >> i & 1:
+                    return True, True
+    return fits_any, False
 
 
 def _card_holds(cores: int, mem: int, cpus: int, tmpl: VnpuTemplate) -> bool:
@@ -196,28 +231,28 @@ def find(state: ClusterState, need: Need, chip_name: str) -> Placement | None:
             bucket = buckets[key]
             if bucket:
                 pool = next(iter(bucket))
-                return Placement(chip_name, [(pool, i) for i in lowest_bits(best_group(pool.free, pool.groups, n), n)])
+                found = chip.pick(pool, pool.free, n)
+                assert found is not None
+                picked, mask = found
+                return Placement(chip_name, [(pool, i) for i in picked], None, pool, picked, mask)
         return None
     if n <= chip.size:
-        unit = chip.gmax
-        want = n // unit
+        if chip.max_group_free < chip.gmax:
+            return None  # no pool has even one whole free group
         buckets = chip.buckets
         for key in chip.order(state.strategy, n):
             for pool in buckets[key]:
-                free = pool.free
-                full = [g for g in pool.groups if g.bit_count() == unit and free & g == g]
-                if len(full) >= want:
-                    cards: list[tuple[Pool, int]] = []
-                    for g in full[:want]:
-                        cards.extend((pool, i) for i in lowest_bits(g, unit))
-                    return Placement(chip_name, cards)
+                found = chip.pick(pool, pool.free, n)
+                if found is not None:
+                    picked, mask = found
+                    return Placement(chip_name, [(pool, i) for i in picked], None, pool, picked, mask)
         return None
     nodes = n // chip.size
     bucket = chip.buckets[chip.full_key]
     if len(bucket) < nodes:
         return None
     cards = []
-    for pool in list(bucket)[:nodes]:
+    for pool in islice(bucket, nodes):
         cards.extend((pool, i) for i in range(pool.size))
     return Placement(chip_name, cards)
 
@@ -269,6 +304,20 @@ def _free_card_for(state: ClusterState, chip: Chip, tmpl: VnpuTemplate) -> Place
     return None
 
 
+#: Slots are immutable values: one object per (device id, template) serves every tick.
+_SLOTS: dict[tuple[int, str | None], Slot] = {}
+
+
+def _slot(device_id: int, template: str | None = None) -> Slot:
+    key = (device_id, template)
+    slot = _SLOTS.get(key)
+    if slot is None:
+        if len(_SLOTS) > 200_000:  # devices come and go over months: stay bounded
+            _SLOTS.clear()
+        slot = _SLOTS[key] = Slot(device_id, template)
+    return slot
+
+
 def commit(state: ClusterState, placement: Placement, units: float) -> tuple[Slot, ...]:
     """Take the placement's cards for a job; returns its slots."""
     chip = state.chips[placement.chip]
@@ -277,10 +326,15 @@ def commit(state: ClusterState, placement: Placement, units: float) -> tuple[Slo
     if tmpl is not None:
         pool, i = placement.cards[0]
         state.take_slice(pool, i, tmpl)
-        return (Slot(pool.devs[i].id, tmpl.name),)
+        return (_slot(pool.ids[i], tmpl.name),)
+    one = placement.pool
+    if one is not None:  # one node: one mask
+        state.take_whole(one, placement.mask)
+        return tuple([one.slot(i) for i in placement.picked])
+    cards = placement.cards
     masks: dict[Pool, int] = {}
-    for pool, i in placement.cards:
+    for pool, i in cards:
         masks[pool] = masks.get(pool, 0) | (1 << i)
     for pool, mask in masks.items():
         state.take_whole(pool, mask)
-    return tuple(Slot(pool.devs[i].id) for pool, i in placement.cards)
+    return tuple([pool.slot(i) for pool, i in cards])

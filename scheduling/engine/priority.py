@@ -12,9 +12,10 @@
 Ties go to the earlier submission, then the lower id, so the order is total
 and the same on every tick.
 
-The hot path computes one float per job and sorts twice (stable: first by
-submission, then by score) rather than sorting 10k tuples; the per-job work is
-one dict lookup for the ``(team, user, class)`` constant part.
+:func:`order_pending` is the plain statement of the order. The tick computes
+the same order inline on flat lists (``decide.Tick.order``: one float per job,
+one sort when no two scores tie); ``tests/engine/test_engine_fastpath.py``
+checks the two agree.
 """
 
 from __future__ import annotations

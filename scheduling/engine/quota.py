@@ -31,6 +31,19 @@ from scheduling.engine.capacity import EPS
 from scheduling.engine.policy import DEVICES, Policy, Quota, chip_resource, quota_at
 from scheduling.engine.snapshot import JobState
 
+#: ``chip model -> "devices/<chip>"`` (the hot path asks for the same few keys).
+_KEYS: dict[str, str] = {}
+
+
+def resource_key(chip: str) -> str:
+    """:func:`policy.chip_resource`, cached."""
+    key = _KEYS.get(chip)
+    if key is None:
+        if len(_KEYS) > 10_000:
+            _KEYS.clear()
+        key = _KEYS[chip] = chip_resource(chip)
+    return key
+
 
 def quota_in_force(policy: Policy, team: str, at: datetime) -> tuple[Quota, str | None]:
     """The team's quota at ``at`` and the schedule that produced it (``None``: base quota)."""
@@ -41,6 +54,7 @@ class TeamLedger:
     """One team's quota in force and what it holds during the tick."""
 
     __slots__ = (
+        "adm",
         "allowed",
         "budget",
         "guaranteed",
@@ -71,16 +85,20 @@ class TeamLedger:
         self.max_total = quota.max.get(DEVICES)
         self.max_by_chip = {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
         self.guaranteed = quota.guaranteed
+        #: The tick's memo of :func:`admit_devices` per request shape; cleared when the team's usage changes.
+        self.adm: dict[object, tuple[str | None, str, tuple[str, ...]]] = {}
 
     def add(self, chip: str, units: float) -> None:
         """Count ``units`` on ``chip`` against the team (a running or started job)."""
         usage = self.usage
         usage[DEVICES] += units
-        key = chip_resource(chip)
+        key = _KEYS.get(chip) or resource_key(chip)
         usage[key] = usage.get(key, 0.0) + units
+        if self.adm:
+            self.adm.clear()
 
     def used(self, chip: str) -> float:
-        return self.usage.get(chip_resource(chip), 0.0)
+        return self.usage.get(_KEYS.get(chip) or resource_key(chip), 0.0)
 
     # -- guarantees: used by ordering exemptions and preemption ------------------
 
@@ -95,7 +113,7 @@ class TeamLedger:
         if not g:
             return False
         named = False
-        per_chip = g.get(chip_resource(chip))
+        per_chip = g.get(_KEYS.get(chip) or resource_key(chip))
         if per_chip is not None:
             named = True
             if self.used(chip) + units > per_chip + EPS:
@@ -113,13 +131,57 @@ class TeamLedger:
         A team with no guarantee for the chip is borrowing whatever it holds there.
         """
         g = self.guaranteed
-        per_chip = g.get(chip_resource(chip))
+        per_chip = g.get(_KEYS.get(chip) or resource_key(chip))
         overall = g.get(DEVICES)
         if per_chip is None and overall is None:
             return self.used(chip) - released > EPS
         if per_chip is not None and self.used(chip) - released > per_chip + EPS:
             return True
         return overall is not None and self.usage[DEVICES] - released > overall + EPS
+
+
+def admit_devices(
+    ledger: TeamLedger, chips: tuple[str, ...], units: dict[str, float], first_units: float
+) -> tuple[str | None, str, tuple[str, ...]]:
+    """Steps 4-5 of :func:`admit` (max concurrent jobs, ``max`` devices) for a shape with chips.
+
+    They depend on the team's holdings and the shape only, so the tick memoises
+    the answer per shape in ``ledger.adm`` until the team's usage changes.
+    """
+    if ledger.max_jobs is not None and ledger.jobs >= ledger.max_jobs:
+        return reasons.QUOTA_MAX_JOBS, f"{ledger.jobs} jobs running, max {ledger.max_jobs}", ()
+    cap = ledger.max_total
+    if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
+        return (
+            reasons.QUOTA_MAX_DEVICES,
+            f"{ledger.usage[DEVICES]:g} + {first_units:g} > max {cap:g} devices",
+            (),
+        )
+    by_chip = ledger.max_by_chip
+    if not by_chip:
+        return None, "", chips
+    usage = ledger.usage
+    ok: list[str] | None = None
+    detail = ""
+    for k, chip in enumerate(chips):
+        cap = by_chip.get(chip)
+        if cap is None:
+            if ok is not None:
+                ok.append(chip)
+            continue
+        used = usage.get(_KEYS.get(chip) or resource_key(chip), 0.0)
+        if used + units[chip] <= cap + EPS:
+            if ok is not None:
+                ok.append(chip)
+            continue
+        if ok is None:
+            ok = list(chips[:k])
+            detail = f"{used:g} + {units[chip]:g} > max {cap:g} devices/{chip}"
+    if ok is None:
+        return None, "", chips
+    if not ok and chips:
+        return reasons.QUOTA_MAX_DEVICES, detail, ()
+    return None, "", tuple(ok)
 
 
 def job_duration(job: JobState) -> float:

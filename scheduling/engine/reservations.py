@@ -54,8 +54,20 @@ class ReservationLedger:
         self._counts: dict[tuple[str, str], list[_Held]] = {}
         self._room: dict[tuple[str, str], float] = {}
         self._text: dict[tuple[str, str], str] = {}
-        for occ in occupants:
-            self.on_start(occ.job.priority_class, occ.chip, occ.usable_units)
+        #: Starts counted so far, and their units (headroom shrinks by at most the units taken).
+        self.starts = 0
+        self.taken = 0.0
+        #: Last exact headroom per (class, chip) and :attr:`taken` then (see :meth:`surely_fits`).
+        self._known: dict[tuple[str, str], tuple[float, float]] = {}
+        if self.held:
+            counts_of = self._counts
+            for occ in occupants:
+                key = (occ.job.priority_class, occ.chip)
+                counts = counts_of.get(key)
+                if counts is None:
+                    counts = self._counts_for(*key)
+                for h in counts:
+                    h.used += occ.usable_units
 
     def limiting(self, cls: str, chip: str) -> list[_Held]:
         """Reservations that limit a job of ``cls`` on ``chip`` (cached)."""
@@ -78,24 +90,60 @@ class ReservationLedger:
         key = (cls, chip)
         room = self._room.get(key)
         if room is None:
-            limits = self.limiting(cls, chip)
-            room = self._room[key] = min(h.headroom() for h in limits) if limits else math.inf
+            limits = self._applies.get(key)
+            if limits is None:
+                limits = self.limiting(cls, chip)
+            room = math.inf
+            first = True
+            for h in limits:
+                free = 0.0
+                for c in h.chips:
+                    free += c.free_units
+                held = h.reserved - h.used
+                r = free - (held if held > 0.0 else 0.0)
+                if first or r < room:
+                    room, first = r, False
+            self._room[key] = room
+            self._known[key] = (room, self.taken)
         return room
+
+    def surely_fits(self, cls: str, chip: str, units: float) -> bool:
+        """A cheap ``units <= headroom(cls, chip)``: ``True`` only when it certainly holds.
+
+        Headroom only shrinks during a tick, by at most the units started since
+        it was last worked out (:attr:`taken`), so the last exact value minus
+        those units (and a slack for float sums) is a lower bound. ``False``
+        means "work it out" (:meth:`headroom`), not "does not fit".
+        """
+        known = self._known.get((cls, chip))
+        if known is None:
+            return False
+        room, taken = known
+        bound = room - (self.taken - taken)
+        return units < bound - 1e-6 * (1.0 + abs(bound))
 
     def on_start(self, cls: str, chip: str, units: float) -> None:
         """Count a started (or running) job of ``cls`` toward the reservations held for it."""
-        key = (cls, chip)
-        counts = self._counts.get(key)
+        counts = self._counts.get((cls, chip))
         if counts is None:
-            counts = self._counts[key] = [
-                h
-                for h in self.held
-                if cls in h.spec.priority_classes and (h.spec.chip_models is None or chip in h.spec.chip_models)
-            ]
+            counts = self._counts_for(cls, chip)
         for h in counts:
             h.used += units
-        self._room.clear()
-        self._text.clear()
+        self.starts += 1
+        self.taken += units
+        if self._room:
+            self._room.clear()
+        if self._text:
+            self._text.clear()
+
+    def _counts_for(self, cls: str, chip: str) -> list[_Held]:
+        """Reservations held for ``cls`` whose scope includes ``chip`` (cached)."""
+        counts = self._counts[(cls, chip)] = [
+            h
+            for h in self.held
+            if cls in h.spec.priority_classes and (h.spec.chip_models is None or chip in h.spec.chip_models)
+        ]
+        return counts
 
     def describe(self, cls: str, chip: str) -> str:
         """Which reservation holds the devices back, in words (memoised like :meth:`headroom`)."""

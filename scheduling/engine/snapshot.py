@@ -98,14 +98,19 @@ class Snapshot:
     month_device_hours: Mapping[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+# The decisions below are plain (not frozen) slotted dataclasses: a tick builds
+# one ``Wait`` per waiting job, and a frozen dataclass's ``__init__`` (one
+# ``object.__setattr__`` per field) costs several times more. Treat them as values.
+
+
+@dataclass(slots=True)
 class Start:
     job_id: int
     slots: tuple[Slot, ...]
     backfilled: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Preemption:
     """A running job asked to give its devices back by ``grace_deadline``."""
 
@@ -115,7 +120,7 @@ class Preemption:
     for_job: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wait:
     """Why a pending job did not start. ``reason`` is one of :mod:`reasons`' codes."""
 

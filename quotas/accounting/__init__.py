@@ -1,0 +1,6 @@
+"""Usage accounting and monthly chargeback (docs/chargeback.md).
+
+``records`` writes usage records, ``rates`` prices and rounds, ``statements``
+closes months, adjusts statements and checks budgets, ``reports`` aggregates the
+reports page, ``exports`` writes CSV, JSON and PDF; ``demo`` seeds the demo's.
+"""

@@ -1,0 +1,13 @@
+"""Console routes of usage reports and chargeback (mounted at ``/reports/``)."""
+
+from django.urls import path
+
+from quotas import report_views
+
+urlpatterns = [
+    path("", report_views.reports_index, name="reports"),
+    path("rates/", report_views.rate_cards, name="reports-rates"),
+    path("statement/<str:team>/<str:month>.csv", report_views.statement_csv, name="reports-statement-csv"),
+    path("statement/<str:team>/<str:month>.pdf", report_views.statement_pdf, name="reports-statement-pdf"),
+    path("statement/<str:team>/<str:month>/", report_views.statement_page, name="reports-statement"),
+]
