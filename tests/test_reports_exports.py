@@ -29,8 +29,8 @@ def test_the_printable_page_has_the_lines_the_total_and_print_styles(client, sta
     assert "plotly/plotly.min.js" in page  # served from our static files, never a CDN
 
 
-def test_the_svg_fallback_draws_the_charts_when_chromium_is_missing(statement, monkeypatch) -> None:
-    monkeypatch.setenv("NPUPORTAL_CHROMIUM", "/nonexistent/chromium")
+def test_the_svg_fallback_draws_the_charts_when_chromium_is_missing(statement, settings) -> None:
+    settings.CHROMIUM_PATH = "/nonexistent/chromium"
     context = exports.statement_context(statement)
     charts, renderer = exports.chart_images(context)
     assert renderer == "svg" and charts[0][1].startswith("<svg") and "910B4" in charts[0][1]

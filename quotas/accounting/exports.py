@@ -6,7 +6,7 @@ strings ("1843.20"), never floats.
 
 The PDF is the printable page rendered by WeasyPrint; its two charts are
 Plotly figures turned into PNG by kaleido, driving Debian's chromium
-(``/usr/bin/chromium``, or ``NPUPORTAL_CHROMIUM``). Where kaleido or chromium is
+(``/usr/bin/chromium``, or the ``CHROMIUM_PATH`` setting). Where kaleido or chromium is
 missing the same charts are drawn as plain inline SVG bars instead, so a
 statement always prints.
 """
@@ -25,6 +25,7 @@ from decimal import Decimal
 from html import escape
 from typing import Any
 
+from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -178,7 +179,8 @@ def _figures(context: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def chromium_path() -> str:
-    return os.environ.get("NPUPORTAL_CHROMIUM", "/usr/bin/chromium")
+    """Debian's chromium, unless the settings name another (``CHROMIUM_PATH``)."""
+    return str(getattr(settings, "CHROMIUM_PATH", "/usr/bin/chromium"))
 
 
 def kaleido_images(figures: list[Any], *, width: int = 900, height: int = 320) -> list[bytes]:
