@@ -39,11 +39,6 @@ browser:
 	      || echo "could not install chromium: browser tests will be skipped"; \
 	  else echo "no /usr/bin/chromium: browser tests will be skipped (apt-get install chromium)"; fi; \
 	fi
-
-# The OpenAPI schema is generated, never hand-written; tests/test_api_schema.py fails when it is stale.
-schema: $(STAMP)
-	$(PY) manage.py spectacular --validate --file schema/openapi.yaml
-
 	@# WeasyPrint (PDF statements) needs pango, whether or not chromium was already there.
 	@if ! ldconfig -p 2>/dev/null | grep -q libpangoft2-1.0; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -51,6 +46,10 @@ schema: $(STAMP)
 	      || echo "could not install pango: PDF statement tests will be skipped"; \
 	  fi; \
 	fi
+
+# The OpenAPI schema is generated, never hand-written; tests/test_api_schema.py fails when it is stale.
+schema: $(STAMP)
+	$(PY) manage.py spectacular --validate --file schema/openapi.yaml
 
 lint:
 	$(BIN)/ruff check .
