@@ -336,8 +336,8 @@ class Layout:
         #: device id -> (pool, mask keeping the other cards, usable?, whole-card entry of ``Occupant.cards``)
         self.slot_info: dict[int, tuple[Pool, int, bool, tuple[Pool, int, None]]] = {}
         #: ``id(slots)`` -> what :meth:`ClusterState.occupy` worked out for a whole-card job last tick:
-        #: ``(slots, ((pool, keep mask), ...), cards, units, usable units, chip or None)``.
-        self.seen_slots: dict[int, tuple] = {}
+        #: ``[slots, cards, units, usable units, chip or None, ((pool, keep mask), ...) or None]``.
+        self.seen_slots: dict[int, list] = {}
         self.largest_node = 0
         self._build(nodes)
         self.reset()
@@ -510,18 +510,24 @@ class ClusterState:
         # the entry keeps the tuple alive so its id cannot be reused. Entries
         # not seen in this tick are dropped.
         seen = layout.seen_slots
-        kept: dict[int, tuple] = {}
+        kept: dict[int, list] = {}
         for job in running:
             if evicted and job.id in evicted:
                 continue
             slots = job.slots
             hit = seen.get(id(slots))
             if hit is not None and hit[0] is slots:
-                for pool, keep in hit[1]:
+                masks = hit[5]
+                if masks is None:  # second sighting: worth a mask per node
+                    merged: dict[Pool, int] = {}
+                    for pool, i, _ in hit[1]:
+                        merged[pool] = merged.get(pool, -1) & ~(1 << i)
+                    masks = hit[5] = tuple(merged.items())
+                for pool, keep in masks:
                     pool.free &= keep
                 kept[id(slots)] = hit
-                chip_name = hit[5] if hit[5] is not None else job.chip_model
-                occupants[job.id] = Occupant(job, chip_name or "", hit[3], hit[2], hit[4], None, job.preempt_deadline)
+                chip_name = hit[4] if hit[4] is not None else job.chip_model
+                occupants[job.id] = Occupant(job, chip_name or "", hit[2], hit[1], hit[3], None, job.preempt_deadline)
                 continue
             cards: list[tuple[Pool, int, VnpuTemplate | None]] = []
             units = usable_units = 0.0
@@ -560,10 +566,7 @@ class ClusterState:
                     usable_units += u
                 cards.append((pool, i, tmpl))
             if whole and cards:
-                masks: dict[Pool, int] = {}
-                for pool, i, _ in cards:
-                    masks[pool] = masks.get(pool, -1) & ~(1 << i)
-                kept[id(slots)] = (slots, tuple(masks.items()), cards, units, usable_units, located)
+                kept[id(slots)] = [slots, cards, units, usable_units, located, None]
             # expected_end is worked out when a shadow time needs it (see :func:`end_of`)
             occupants[job.id] = Occupant(job, chip_name or "", units, cards, usable_units, None, job.preempt_deadline)
         layout.seen_slots = kept

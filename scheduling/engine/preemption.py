@@ -402,12 +402,29 @@ class _Checker:
         return all(j in gone or j in extra for j in jobs)
 
     def mask(self, pool: Pool, extra: set[int]) -> int:
-        """Cards of ``pool`` free once the leaving jobs and ``extra`` are gone."""
+        """Cards of ``pool`` free once the leaving jobs and ``extra`` are gone (:meth:`_card_free`, inlined)."""
         gone = self.owner.gone
-        mask = 0
+        claimed = self.owner.claimed
+        card_jobs = self.state.card_jobs
+        free = pool.free
+        usable = pool.usable
+        ids = pool.ids
+        mask = free
         for i in range(pool.size):
-            if self._card_free(pool, i, gone, extra):
-                mask |= 1 << i
+            bit = 1 << i
+            if free & bit or not usable & bit:
+                continue
+            dev = ids[i]
+            if dev in claimed:
+                continue
+            jobs = card_jobs.get(dev)
+            if not jobs:
+                continue  # free but held for a blocked job (backfill)
+            for j in jobs:
+                if j not in gone and j not in extra:
+                    break
+            else:
+                mask |= bit
         return mask
 
     def grow(self, pool: Pool, mask: int, occ: Occupant, extra: set[int]) -> int:

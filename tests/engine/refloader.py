@@ -1,9 +1,9 @@
 """Load a reference copy of the decision core next to the live one (differential tests).
 
-The reference is a directory of engine modules, for instance the engine of the
-last commit::
+The reference is a directory of engine modules, for instance the engine before
+the fast path (commit f41ddd7) or that of the last commit when changing it::
 
-    mkdir -p /tmp/ref/engine && git archive HEAD scheduling/engine | tar -x -C /tmp/ref
+    mkdir -p /tmp/ref && git archive f41ddd7 scheduling/engine | tar -x -C /tmp/ref
     NPUPORTAL_REF_ENGINE=/tmp/ref/scheduling/engine pytest tests/engine/test_engine_differential.py
 
 Its decision modules are imported under a private package name; the data types

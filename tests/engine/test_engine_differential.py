@@ -1,10 +1,10 @@
 """Differential test: the live ``decide`` against a reference copy of the engine.
 
 Skipped unless ``NPUPORTAL_REF_ENGINE`` names a directory holding the reference
-engine modules (``decide.py``, ``capacity.py``, ...), for instance the engine of
-the last commit::
+engine modules (``decide.py``, ``capacity.py``, ...), for instance the engine
+before the fast path (commit f41ddd7), or the last commit's when changing it::
 
-    git archive HEAD scheduling/engine | tar -x -C /tmp/ref
+    mkdir -p /tmp/ref && git archive f41ddd7 scheduling/engine | tar -x -C /tmp/ref
     NPUPORTAL_REF_ENGINE=/tmp/ref/scheduling/engine .venv/bin/pytest tests/engine/test_engine_differential.py
 
 (``NPUPORTAL_DIFF_EXAMPLES=2000`` for more random worlds.)
