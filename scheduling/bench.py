@@ -28,8 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _scratch_database_url() -> str:
-    """A database URL for the benchmark, created empty; never the configured one itself."""
+def scratch_database_url(suffix: str = "bench") -> str:
+    """A database URL for a benchmark, created empty; never the configured one itself."""
     import dj_database_url
 
     url = os.environ.get("DATABASE_URL", "")
@@ -37,7 +37,7 @@ def _scratch_database_url() -> str:
         import psycopg
 
         cfg = dj_database_url.parse(url)
-        name = f"{cfg['NAME']}_bench"
+        name = f"{cfg['NAME']}_{suffix}"
         conninfo = {
             "host": cfg.get("HOST") or "127.0.0.1",
             "port": cfg.get("PORT") or 5432,
@@ -52,13 +52,14 @@ def _scratch_database_url() -> str:
         return f"{base}/{name}"
     var = Path(os.environ.get("NPUPORTAL_VAR_DIR", ROOT / "var"))
     var.mkdir(parents=True, exist_ok=True)
-    path = var / "bench.sqlite3"
+    path = var / f"{suffix}.sqlite3"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return f"sqlite:///{path}"
 
 
-def _setup_django(url: str) -> None:
+def setup_django(url: str) -> None:
+    """Point Django at ``url`` and migrate it (call once, before anything imports models)."""
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "npuportal.settings")
     import django
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()} for row in core["growth"]
         ]
     if not args.skip_db:
-        _setup_django(_scratch_database_url())
+        setup_django(scratch_database_url())
         out["db"] = bench_db(args)
     print(json.dumps(out, indent=2))
     return 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -27,50 +26,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from scheduling.bench import scratch_database_url, setup_django
+
 ROOT = Path(__file__).resolve().parent.parent
 MONTH = "2025-03"
 TEAMS = ["inference", "training", "research", "vision", "speech", "search", "ads", "robotics"]
 CLASSES = [("critical", 0.05), ("high", 0.2), ("normal", 0.5), ("low", 0.25)]
-
-
-def _scratch_database_url() -> str:
-    """A fresh, empty database for the benchmark; never the configured one itself."""
-    import dj_database_url
-
-    url = os.environ.get("DATABASE_URL", "")
-    if url.startswith(("postgres://", "postgresql://")):
-        import psycopg
-
-        cfg = dj_database_url.parse(url)
-        name = f"{cfg['NAME']}_bench_reports"
-        conninfo = {
-            "host": cfg.get("HOST") or "127.0.0.1",
-            "port": cfg.get("PORT") or 5432,
-            "user": cfg.get("USER") or None,
-            "password": cfg.get("PASSWORD") or None,
-            "dbname": cfg["NAME"],
-        }
-        with psycopg.connect(**{k: v for k, v in conninfo.items() if v is not None}, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return f"{url.rsplit('/', 1)[0]}/{name}"
-    var = Path(os.environ.get("NPUPORTAL_VAR_DIR", ROOT / "var"))
-    var.mkdir(parents=True, exist_ok=True)
-    path = var / "bench_reports.sqlite3"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    return f"sqlite:///{path}"
-
-
-def _setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "npuportal.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
 
 
 def _cluster() -> dict[str, Any]:
@@ -218,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.records < 1:
         parser.error("--records must be >= 1")
     sys.path.insert(0, str(ROOT))
-    _setup_django(_scratch_database_url())
+    setup_django(scratch_database_url("bench_reports"))
     import logging
 
     logging.getLogger("quotas").setLevel(logging.WARNING)
