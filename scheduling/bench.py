@@ -43,9 +43,17 @@ def scratch_database_url(suffix: str = "bench") -> str:
             "port": cfg.get("PORT") or 5432,
             "user": cfg.get("USER") or None,
             "password": cfg.get("PASSWORD") or None,
-            "dbname": cfg["NAME"],
+            # The maintenance database: the configured one need not exist yet.
+            "dbname": "postgres",
         }
-        with psycopg.connect(**{k: v for k, v in conninfo.items() if v is not None}, autocommit=True) as conn:
+        params = {k: v for k, v in conninfo.items() if v is not None}
+        try:
+            conn = psycopg.connect(**params, autocommit=True)
+        except psycopg.OperationalError:
+            # The configured database need not exist yet (a fresh machine, a test run's base
+            # name): the server's maintenance database can create the scratch one just as well.
+            conn = psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True)
+        with conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
             conn.execute(f'CREATE DATABASE "{name}"')
         base = url.rsplit("/", 1)[0]
