@@ -328,33 +328,46 @@ class Layout:
     #: Layouts kept for reuse (one per inventory seen last).
     KEEP: ClassVar[int] = 2
 
-    def __init__(self, nodes: list[NodeState], fingerprint: list[tuple]) -> None:
+    def __init__(self, nodes: list[NodeState], fingerprint: list[tuple] | None) -> None:
         self.fingerprint = fingerprint
+        #: ``Snapshot.inventory_key`` of the snapshot it was built for (``None``: match by fingerprint).
+        self.key: object | None = None
         self.chips: dict[str, Chip] = {}
         self.pools: list[Pool] = []
         self.where: dict[int, tuple[Pool, int]] = {}
         #: device id -> (pool, mask keeping the other cards, usable?, whole-card entry of ``Occupant.cards``)
         self.slot_info: dict[int, tuple[Pool, int, bool, tuple[Pool, int, None]]] = {}
         #: ``id(slots)`` -> what :meth:`ClusterState.occupy` worked out for a whole-card job last tick:
-        #: ``[slots, cards, units, usable units, chip or None, ((pool, keep mask), ...) or None]``.
+        #: ``[slots, cards, units, usable units, chip, ((pool, keep mask), ...) or None, Occupant]``;
+        #: the occupant is reused (its per-tick fields reset) while the same job object runs there.
         self.seen_slots: dict[int, list] = {}
         self.largest_node = 0
         self._build(nodes)
         self.reset()
 
     @classmethod
-    def get(cls, nodes: list[NodeState]) -> Layout:
-        """A reset layout for ``nodes``: a cached one with the same fingerprint, else a new one."""
-        fingerprint = inventory_fingerprint(nodes)
+    def get(cls, nodes: list[NodeState], key: object | None = None) -> Layout:
+        """A reset layout for ``nodes``: a cached one with the same fingerprint, else a new one.
+
+        With ``key`` (``Snapshot.inventory_key``) the caller vouches that equal keys mean
+        an equal inventory, and the fingerprint (a read of every device) is skipped.
+        """
+        fingerprint: list[tuple] | None = None if key is not None else inventory_fingerprint(nodes)
         with cls._lock:
             for i, layout in enumerate(cls._idle):
-                if layout.fingerprint == fingerprint:
+                if key is not None:
+                    same = layout.key == key
+                else:
+                    same = layout.key is None and layout.fingerprint == fingerprint
+                if same:
                     del cls._idle[i]
                     break
             else:
                 layout = None
         if layout is None:
-            return cls(nodes, fingerprint)
+            layout = cls(nodes, fingerprint)
+            layout.key = key
+            return layout
         layout.reset()
         return layout
 
@@ -455,7 +468,7 @@ class ClusterState:
         self.strategy = strategy
         self.now = now
         self.templates: Mapping[tuple[str, str], VnpuTemplate] = snapshot.templates
-        layout = self._layout = Layout.get(snapshot.nodes)
+        layout = self._layout = Layout.get(snapshot.nodes, snapshot.inventory_key)
         self.chips: dict[str, Chip] = layout.chips
         self.pools: list[Pool] = layout.pools
         #: device id -> (pool, index)
@@ -526,8 +539,13 @@ class ClusterState:
                 for pool, keep in masks:
                     pool.free &= keep
                 kept[id(slots)] = hit
-                chip_name = hit[4] if hit[4] is not None else job.chip_model
-                occupants[job.id] = Occupant(job, chip_name or "", hit[2], hit[1], hit[3], None, job.preempt_deadline)
+                occ = hit[6]
+                if occ is not None and occ.job is job:  # the same run as last tick: only its tick fields change
+                    occ.expected_end = None
+                    occ.leaving = job.preempt_deadline
+                else:
+                    occ = hit[6] = Occupant(job, hit[4], hit[2], hit[1], hit[3], None, job.preempt_deadline)
+                occupants[job.id] = occ
                 continue
             cards: list[tuple[Pool, int, VnpuTemplate | None]] = []
             units = usable_units = 0.0
@@ -565,10 +583,11 @@ class ClusterState:
                 if usable:
                     usable_units += u
                 cards.append((pool, i, tmpl))
-            if whole and cards:
-                kept[id(slots)] = [slots, cards, units, usable_units, located, None]
             # expected_end is worked out when a shadow time needs it (see :func:`end_of`)
-            occupants[job.id] = Occupant(job, chip_name or "", units, cards, usable_units, None, job.preempt_deadline)
+            occ = Occupant(job, chip_name or "", units, cards, usable_units, None, job.preempt_deadline)
+            if whole and cards:
+                kept[id(slots)] = [slots, cards, units, usable_units, located, None, occ]
+            occupants[job.id] = occ
         layout.seen_slots = kept
         for chip in chips.values():  # every pool into its bucket (all empty after the reset), in pool order
             free_units = 0.0

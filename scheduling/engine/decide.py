@@ -61,7 +61,7 @@ from operator import attrgetter
 from scheduling.engine import reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
-from scheduling.engine.fairshare import fair_share_factors, tree_from_usage, user_leaf
+from scheduling.engine.fairshare import user_factors
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
@@ -229,9 +229,7 @@ class Tick:
         snap = self.snapshot
         if users is None:
             users = {(job.team, job.user) for job in snap.pending}
-        tree = tree_from_usage(self.policy, snap.usage, users)
-        factors = fair_share_factors(tree)
-        return {pair: factors[user_leaf(*pair)] for pair in users}
+        return user_factors(self.policy, snap.usage, users)
 
     # -- the pipeline ------------------------------------------------------------
 

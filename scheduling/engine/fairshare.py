@@ -171,3 +171,98 @@ def format_sshare(tree: Tree, factors: Mapping[str, float] | None = None) -> str
             f"{fs:>10.6f}"
         )
     return "\n".join(lines) + "\n"
+
+
+class TreeShape:
+    """The part of :func:`fair_share_table` that does not depend on usage, for repeated ticks.
+
+    A tick only needs the factor of each user with a pending job, and between
+    ticks only the usage numbers move: the tree (policy shares, departments,
+    the set of users) stays. The shape is worked out once per policy and set of
+    users; :meth:`factors` then does the same float operations, in the same
+    order, as :func:`fair_share_table` on :func:`tree_from_usage`'s tree, so
+    both give bit-identical factors (tests compare them).
+    """
+
+    __slots__ = ("kids", "leaves", "local", "norm", "pairs", "parent", "policy", "roots")
+
+    def __init__(self, policy: Policy, pairs: frozenset[tuple[str, str]]) -> None:
+        self.policy = policy
+        self.pairs = pairs
+        tree = tree_from_usage(policy, {}, pairs)
+        rows = fair_share_table(tree)  # parents first; validates the tree
+        index = {row.name: i for i, row in enumerate(rows)}
+        self.parent = [index[row.parent] if row.parent is not None else -1 for row in rows]
+        kids: list[list[int]] = [[] for _ in rows]
+        roots: list[int] = []
+        for i, row in enumerate(rows):
+            if row.parent is None:
+                roots.append(i)
+            else:
+                kids[index[row.parent]].append(i)
+        for k in kids:  # name order, as fair_share_table sums them
+            k.sort(key=lambda j: rows[j].name)
+        roots.sort(key=lambda j: rows[j].name)
+        self.kids = kids
+        self.roots = roots
+        self.norm = [row.norm_shares for row in rows]
+        shares = [row.raw_shares for row in rows]
+        sums: dict[int, float] = {}
+        for p in self.parent:
+            if p not in sums:
+                sums[p] = sum(shares[j] for j in (kids[p] if p >= 0 else roots))
+        self.local = [shares[i] / sums[p] if sums[p] > 0 else 0.0 for i, p in enumerate(self.parent)]
+        #: (row, (team, user)) of every user leaf.
+        self.leaves = [(index[user_leaf(team, user)], (team, user)) for team, user in pairs]
+
+    def factors(self, usage: Mapping[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+        """Fair-share factor of every ``(team, user)`` of the shape under ``usage``."""
+        n = len(self.parent)
+        raw = [0.0] * n
+        get = usage.get
+        for i, pair in self.leaves:
+            raw[i] = float(get(pair, 0.0))
+        kids = self.kids
+        for i in range(n - 1, -1, -1):  # children before parents
+            k = kids[i]
+            if k:
+                raw[i] = raw[i] + sum(raw[j] for j in k)
+            else:
+                raw[i] = raw[i] + 0
+        total = sum(raw[i] for i in self.roots)
+        parent = self.parent
+        local = self.local
+        norm = self.norm
+        effective = [0.0] * n
+        factor = [0.0] * n
+        for i in range(n):
+            u = raw[i] / total if total > 0 else 0.0
+            p = parent[i]
+            ue = u if p < 0 else u + (effective[p] - u) * local[i]
+            effective[i] = ue
+            s = norm[i]
+            factor[i] = 2.0 ** (-ue / s) if s > 0 else 0.0
+        return {pair: factor[i] for i, pair in self.leaves}
+
+
+_shapes: dict[int, TreeShape] = {}
+
+
+def user_factors(
+    policy: Policy, usage: Mapping[tuple[str, str], float], users: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], float]:
+    """Factors of ``users`` (and of everyone in ``usage``' tree), as a tick needs them.
+
+    Same numbers as ``fair_share_factors(tree_from_usage(policy, usage, users))``;
+    the tree's shape is kept per policy and set of users (:class:`TreeShape`).
+    """
+    users = set(users)
+    pairs = frozenset(set(usage) | users)
+    shape = _shapes.get(id(policy))
+    if shape is None or shape.policy is not policy or shape.pairs != pairs:
+        shape = TreeShape(policy, pairs)
+        if len(_shapes) > 8:
+            _shapes.clear()
+        _shapes[id(policy)] = shape
+    factors = shape.factors(usage)
+    return {pair: factors[pair] for pair in users}

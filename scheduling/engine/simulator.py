@@ -611,6 +611,8 @@ class Simulation:
         self.nodes = cluster.build_nodes()
         self.templates = cluster.templates()
         self.occ = Occupancy(self.nodes, self.templates)
+        #: Nothing in a replay changes the inventory: one key for all its snapshots (see Snapshot).
+        self.inventory_key = object()
         self.pending: dict[int, JobState] = {}
         self.fifo_baseline = FifoBaseline(self.occ, self.pending) if fifo else None
         if self.fifo_baseline is not None:
@@ -785,6 +787,7 @@ class Simulation:
                 templates=self.templates,
                 usage=self.fair_usage.snapshot(t) if not self.fifo else {},
                 month_device_hours=self._month_hours(t) if self.clock.monthly else {},
+                inventory_key=self.inventory_key,
             )
             c0 = time.perf_counter()
             decisions = self.decide_fn(snapshot)

@@ -96,6 +96,10 @@ class Snapshot:
     usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     #: Device-hours used this calendar month per team, for ``deviceHoursPerMonth``.
     month_device_hours: Mapping[str, float] = field(default_factory=dict)
+    #: Optional promise from the caller: snapshots with equal keys have the same inventory
+    #: (nodes and device values). Lets the core reuse its layout without comparing every
+    #: device (the simulator, whose inventory never changes, passes one); ``None``: compare.
+    inventory_key: object | None = None
 
 
 # The decisions below are plain (not frozen) slotted dataclasses: a tick builds

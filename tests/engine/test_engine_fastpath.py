@@ -133,3 +133,65 @@ def test_a_tick_holds_its_layout_until_it_ends() -> None:
     other = Tick(snap)  # may not share it: builds its own
     assert one.state._layout is not other.state._layout
     assert canon(one.run()) == canon(other.run())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reused_running_jobs_decide_like_fresh_ones(seed: int) -> None:
+    """The simulator's way: the same job objects tick after tick, their fields changed in place.
+
+    A running job seen last tick keeps its occupant (only the grace deadline and
+    expected end are per tick); changing ``now``, a deadline, the running list's
+    order or membership must still decide as a fresh build does.
+    """
+    from datetime import timedelta
+
+    rng = random.Random(seed)
+    snap = make_synthetic_snapshot(150, 24, 8, 0.7, 5, seed)
+    snap.inventory_key = object()
+    for tick in range(12):
+        want = fresh(snap)
+        assert canon(decide(snap)) == want, f"tick {tick}"
+        roll = rng.random()
+        running = snap.running
+        if roll < 0.3 and running:
+            job = rng.choice(running)
+            job.preempt_deadline = None if job.preempt_deadline else snap.now.timestamp() + rng.uniform(-60, 600)
+        elif roll < 0.5:
+            snap.now += timedelta(seconds=rng.uniform(1, 7200))
+        elif roll < 0.7 and running:
+            running.append(running.pop(rng.randrange(len(running))))  # order changes (swap-remove lists do)
+        elif roll < 0.9 and running:
+            running.pop(rng.randrange(len(running)))  # a job ended: its cards are free again
+        else:
+            job = rng.choice(running)
+            job.slots = tuple(reversed(job.slots))  # a new tuple: seen as a new run
+
+
+def test_inventory_key_stands_for_the_fingerprint() -> None:
+    """With a key, equal keys share a layout without reading the devices; ``None`` never matches a key."""
+    snap = make_synthetic_snapshot(10, 4, 8, 0.5, 2, 3)
+    Layout._idle.clear()
+    key = object()
+    snap.inventory_key = key
+    decide(snap)
+    (first,) = Layout._idle
+    assert first.key is key and first.fingerprint is None
+    decide(copy.deepcopy(snap))  # deepcopy makes a new key object: a new layout
+    assert Layout._idle[0] is not first
+    decide(snap)
+    assert Layout._idle[0] is first  # same key: reused
+    snap.inventory_key = None
+    decide(snap)
+    assert Layout._idle[0] is not first and Layout._idle[0].key is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_user_factors_are_the_classic_tree_factors(snap: Snapshot) -> None:
+    """The per-policy tree shape gives bit-identical factors to the full table."""
+    from scheduling.engine.fairshare import fair_share_factors, tree_from_usage, user_factors, user_leaf
+
+    users = {(job.team, job.user) for job in snap.pending}
+    full = fair_share_factors(tree_from_usage(snap.policy, snap.usage, users))
+    assert user_factors(snap.policy, snap.usage, users) == {pair: full[user_leaf(*pair)] for pair in users}
+    assert user_factors(snap.policy, snap.usage, users) == {pair: full[user_leaf(*pair)] for pair in users}
