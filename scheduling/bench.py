@@ -43,8 +43,7 @@ def scratch_database_url(suffix: str = "bench") -> str:
             "port": cfg.get("PORT") or 5432,
             "user": cfg.get("USER") or None,
             "password": cfg.get("PASSWORD") or None,
-            # The maintenance database: the configured one need not exist yet.
-            "dbname": "postgres",
+            "dbname": cfg["NAME"],
         }
         params = {k: v for k, v in conninfo.items() if v is not None}
         try:
