@@ -341,6 +341,11 @@ class Layout:
         #: ``[slots, cards, units, usable units, chip, ((pool, keep mask), ...) or None, Occupant]``;
         #: the occupant is reused (its per-tick fields reset) while the same job object runs there.
         self.seen_slots: dict[int, list] = {}
+        #: Per-team totals over the running jobs of the last tick that used this layout, with the
+        #: occupants they were summed from: ``(occupants, totals)`` (see :meth:`ClusterState.running_totals`).
+        self.totals: tuple[dict[int, Occupant], dict[str, list]] | None = None
+        #: ``card_jobs`` at the end of the last tick that built it, with that tick's occupants.
+        self.card_jobs: tuple[dict[int, Occupant], dict[int, list[int]]] | None = None
         self.largest_node = 0
         self._build(nodes)
         self.reset()
@@ -476,18 +481,93 @@ class ClusterState:
         self.largest_node = layout.largest_node
         self._card_jobs: dict[int, list[int]] | None = None
         self.occupants: dict[int, Occupant] = {}
+        #: Some running or started job holds a vNPU slice (fractional units: no incremental sums).
+        self.has_slices = False
 
     def release(self) -> None:
         """The tick is over: hand the layout back for the next tick (this state is dead after)."""
         layout, self._layout = self._layout, None
         if layout is not None:
+            if self._card_jobs is not None:
+                layout.card_jobs = None if self.has_slices else (dict(self.occupants), self._card_jobs)
             layout.put_back()
+
+    def _changes(self, before: dict[int, Occupant]) -> tuple[list[Occupant], list[Occupant]] | None:
+        """Occupants gone since ``before`` and new ones, or ``None`` when rebuilding is cheaper.
+
+        Only a caller that reuses its job objects (the simulator) keeps occupants
+        between ticks (see :meth:`occupy`); a database tick's are all new, and
+        there the diff would cost more than the rebuild it saves.
+        """
+        occupants = self.occupants
+        get = occupants.get
+        removed = [occ for jid, occ in before.items() if get(jid) is not occ]
+        if len(removed) * 4 > len(occupants) + 16:
+            return None
+        prev = before.get
+        added = [occ for jid, occ in occupants.items() if prev(jid) is not occ]
+        if (len(removed) + len(added)) * 4 > len(occupants) + 16:
+            return None
+        return removed, added
+
+    def running_totals(self) -> dict[str, list]:
+        """team -> ``[units, {chip: units}, jobs]`` over the running jobs, whole cards only.
+
+        Every unit is a whole card here, so the sums are exact in any order and
+        can be carried from the last tick on this layout: only the jobs that
+        ended or started since are added or taken away (the simulator's ticks
+        differ by a few jobs out of thousands). The dict is shared with the
+        layout: read it, never change it.
+        """
+        layout = self._layout
+        assert layout is not None and not self.has_slices
+        occupants = self.occupants
+        cached = layout.totals
+        if cached is not None:
+            diff = self._changes(cached[0])
+            if diff is not None:
+                totals = cached[1]
+                for sign, occs in ((-1.0, diff[0]), (1.0, diff[1])):
+                    for occ in occs:
+                        _add_total(totals, occ, sign)
+                layout.totals = (dict(occupants), totals)
+                return totals
+        totals = {}
+        for occ in occupants.values():
+            _add_total(totals, occ, 1.0)
+        layout.totals = (dict(occupants), totals)
+        return totals
 
     @property
     def card_jobs(self) -> dict[int, list[int]]:
-        """device id -> job ids on it (one for a whole card, several slices); built on first use."""
+        """device id -> job ids on it (one for a whole card, several slices); built on first use.
+
+        With whole cards only (one job per card, so no order to keep) the last
+        tick's map is patched with the jobs that came and went since.
+        """
         cj = self._card_jobs
         if cj is None:
+            layout = self._layout
+            cached = layout.card_jobs if layout is not None and not self.has_slices else None
+            if cached is not None:
+                layout.card_jobs = None  # this tick owns the map now
+                diff = self._changes(cached[0])
+                if diff is not None:
+                    cj = self._card_jobs = cached[1]
+                    for occ in diff[0]:
+                        jid = occ.job.id
+                        for pool, i, _ in occ.cards:
+                            dev = pool.ids[i]
+                            jobs = cj.get(dev)
+                            if jobs is not None and jid in jobs:
+                                jobs.remove(jid)
+                                if not jobs:
+                                    del cj[dev]
+                    for occ in diff[1]:
+                        jid = occ.job.id
+                        for pool, i, _ in occ.cards:
+                            cj.setdefault(pool.ids[i], []).append(jid)
+                    return cj
             cj = self._card_jobs = {}
             add = cj.setdefault
             for jid, occ in self.occupants.items():
@@ -499,6 +579,8 @@ class ClusterState:
         """Record a job started in this tick (after its cards were taken)."""
         jid = occ.job.id
         self.occupants[jid] = occ
+        if not self.has_slices and any(card[2] is not None for card in occ.cards):
+            self.has_slices = True
         cj = self._card_jobs
         if cj is not None:
             for pool, i, _ in occ.cards:
@@ -589,6 +671,7 @@ class ClusterState:
                 kept[id(slots)] = [slots, cards, units, usable_units, located, None, occ]
             occupants[job.id] = occ
         layout.seen_slots = kept
+        self.has_slices = bool(sliced)
         for chip in chips.values():  # every pool into its bucket (all empty after the reset), in pool order
             free_units = 0.0
             width = chip.size + 1
@@ -652,6 +735,25 @@ class ClusterState:
         pool.used_cpus[i] += tmpl.ai_cpus
         pool.slices[i] += 1
         self._rebucket_slice(chip, pool, i, old_left)
+
+
+def _add_total(totals: dict[str, list], occ: Occupant, sign: float) -> None:
+    """Add (``sign`` 1) or take away (-1) one whole-card job in :meth:`ClusterState.running_totals`."""
+    team = occ.job.team
+    units = sign * occ.units
+    row = totals.get(team)
+    if row is None:
+        row = totals[team] = [0.0, {}, 0]
+    row[0] += units
+    chips = row[1]
+    left = chips.get(occ.chip, 0.0) + units
+    if left:
+        chips[occ.chip] = left
+    else:
+        chips.pop(occ.chip, None)
+    row[2] += 1 if sign > 0 else -1
+    if not row[2]:
+        del totals[team]
 
 
 def expected_end(job: JobState, now: float) -> float:

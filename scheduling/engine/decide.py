@@ -178,6 +178,20 @@ class Tick:
 
     def _count_running(self) -> list[Occupant]:
         """Charge the running jobs to their teams' ledgers; returns the jobs already leaving."""
+        state = self.state
+        if not state.has_slices:  # whole cards: per-team totals, carried between ticks
+            keys: dict[str, str] = {}
+            for team, (units, chips, jobs) in state.running_totals().items():
+                ledger = self.ledger(team)
+                usage = ledger.usage
+                usage[DEVICES] += units
+                for chip, u in chips.items():
+                    key = keys.get(chip)
+                    if key is None:
+                        key = keys[chip] = chip_resource(chip)
+                    usage[key] = usage.get(key, 0.0) + u
+                ledger.jobs += jobs
+            return [occ for occ in state.occupants.values() if occ.leaving is not None]
         ledgers = self.ledgers
         keys: dict[str, str] = {}
         leaving: list[Occupant] = []

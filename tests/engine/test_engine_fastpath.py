@@ -135,25 +135,42 @@ def test_a_tick_holds_its_layout_until_it_ends() -> None:
     assert canon(one.run()) == canon(other.run())
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-cards", "with-slices"])
 @pytest.mark.parametrize("seed", range(6))
-def test_reused_running_jobs_decide_like_fresh_ones(seed: int) -> None:
+def test_reused_running_jobs_decide_like_fresh_ones(seed: int, whole: bool) -> None:
     """The simulator's way: the same job objects tick after tick, their fields changed in place.
 
     A running job seen last tick keeps its occupant (only the grace deadline and
-    expected end are per tick); changing ``now``, a deadline, the running list's
-    order or membership must still decide as a fresh build does.
+    expected end are per tick), and with whole cards only the per-team totals and
+    the card map are carried from tick to tick; changing ``now``, a deadline, the
+    running list's order or membership, or starting what the tick decided must
+    still decide as a fresh build does.
     """
     from datetime import timedelta
 
     rng = random.Random(seed)
     snap = make_synthetic_snapshot(150, 24, 8, 0.7, 5, seed)
+    if whole:
+        snap.running = [j for j in snap.running if not j.vnpu_template]
+        snap.pending = [j for j in snap.pending if not j.vnpu_template]
     snap.inventory_key = object()
-    for tick in range(12):
+    by_id = {j.id: j for j in snap.pending}
+    for tick in range(16):
+        kept = list(Layout._idle)
         want = fresh(snap)
-        assert canon(decide(snap)) == want, f"tick {tick}"
+        Layout._idle[:] = kept  # this test's layout (and what it carries from tick to tick) stays
+        out = decide(snap)
+        assert canon(out) == want, f"tick {tick}"
         roll = rng.random()
         running = snap.running
-        if roll < 0.3 and running:
+        if roll < 0.25 and out.starts:  # the simulator's way of applying starts: same objects, moved
+            for start in out.starts[: rng.randint(1, 5)]:
+                job = by_id[start.job_id]
+                snap.pending.remove(job)
+                job.slots = start.slots
+                job.started_at = snap.now.timestamp()
+                running.append(job)
+        elif roll < 0.4 and running:
             job = rng.choice(running)
             job.preempt_deadline = None if job.preempt_deadline else snap.now.timestamp() + rng.uniform(-60, 600)
         elif roll < 0.5:
