@@ -151,6 +151,8 @@ class Tick:
         self.ledgers: dict[str, TeamLedger] = {}
         #: Occupants started or newly leaving in this tick (their releases move).
         self._changed: list[Occupant] = self._count_running()
+        #: The running jobs already leaving when the tick began (the preemptor starts from them).
+        self._leaving = tuple(self._changed)
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
@@ -232,7 +234,7 @@ class Tick:
     @property
     def preemptor(self) -> Preemptor:
         if self._preemptor is None:
-            self._preemptor = Preemptor(self.policy, self.state, self.ledgers, self.now)
+            self._preemptor = Preemptor(self.policy, self.state, self.ledgers, self.now, self._leaving)
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:

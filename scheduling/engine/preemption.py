@@ -83,7 +83,9 @@ class Preemptor:
         state: ClusterState,
         ledgers: Mapping[str, TeamLedger],
         now: float,
+        leaving: Iterable[Occupant] | None = None,
     ) -> None:
+        """``leaving``: the running jobs already leaving, in the state's order (found by a scan if not given)."""
         self.state = state
         self.ledgers = ledgers
         self.now = now
@@ -97,19 +99,18 @@ class Preemptor:
             )
             for pc in policy.priority_classes
         }
+        if leaving is None:
+            leaving = [occ for occ in state.occupants.values() if occ.leaving is not None]
         #: Jobs that will be gone: already leaving, or picked as victims this tick.
-        self.gone: set[int] = {jid for jid, occ in state.occupants.items() if occ.leaving is not None}
+        self.gone: set[int] = {occ.job.id for occ in leaving}
         #: Units per team that are leaving (counted as already given back).
         self.leaving_units: dict[str, float] = {}
-        for occ in state.occupants.values():
-            if occ.leaving is not None:
-                team = occ.job.team
-                self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
         #: Jobs already leaving, per chip model (their cards come free at the deadline).
         self.leaving_on: dict[str, list[Occupant]] = {}
-        for occ in state.occupants.values():
-            if occ.leaving is not None:
-                self.leaving_on.setdefault(occ.chip, []).append(occ)
+        for occ in leaving:
+            team = occ.job.team
+            self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
+            self.leaving_on.setdefault(occ.chip, []).append(occ)
         #: Cards promised to a waiting job this tick.
         self.claimed: set[int] = set()
         self._ranked: dict[str, list[Occupant]] = {}
