@@ -344,7 +344,8 @@ class Layout:
         #: Per-team totals over the running jobs of the last tick that used this layout, with the
         #: occupants they were summed from: ``(occupants, totals)`` (see :meth:`ClusterState.running_totals`).
         self.totals: tuple[dict[int, Occupant], dict[str, list]] | None = None
-        #: ``card_jobs`` at the end of the last tick that built it, with that tick's occupants.
+        #: ``card_jobs`` of the last tick that built it, without that tick's starts, and the
+        #: ``totals`` occupants it matches (the same dict object, or it is not used).
         self.card_jobs: tuple[dict[int, Occupant], dict[int, list[int]]] | None = None
         self.largest_node = 0
         self._build(nodes)
@@ -483,13 +484,22 @@ class ClusterState:
         self.occupants: dict[int, Occupant] = {}
         #: Some running or started job holds a vNPU slice (fractional units: no incremental sums).
         self.has_slices = False
+        #: The running jobs as :meth:`running_totals` saw them, and what changed since the
+        #: previous tick's (``None``: counted from scratch); :attr:`card_jobs` patches with it.
+        self._base: dict[int, Occupant] | None = None
+        self._diff: tuple[dict[int, Occupant], list[Occupant], list[Occupant]] | None = None
+        #: Jobs started in this tick (taken out of ``card_jobs`` again before it is kept).
+        self._started: list[Occupant] = []
 
     def release(self) -> None:
         """The tick is over: hand the layout back for the next tick (this state is dead after)."""
         layout, self._layout = self._layout, None
         if layout is not None:
-            if self._card_jobs is not None:
-                layout.card_jobs = None if self.has_slices else (dict(self.occupants), self._card_jobs)
+            cj = self._card_jobs
+            if cj is not None and self._base is not None and not self.has_slices:
+                for occ in self._started:  # back to the jobs running when the tick began
+                    _card_jobs_drop(cj, occ)
+                layout.card_jobs = (self._base, cj)
             layout.put_back()
 
     def _changes(self, before: dict[int, Occupant]) -> tuple[list[Occupant], list[Occupant]] | None:
@@ -522,20 +532,22 @@ class ClusterState:
         layout = self._layout
         assert layout is not None and not self.has_slices
         occupants = self.occupants
+        base = self._base = dict(occupants)
         cached = layout.totals
         if cached is not None:
             diff = self._changes(cached[0])
             if diff is not None:
+                self._diff = (cached[0], *diff)
                 totals = cached[1]
                 for sign, occs in ((-1.0, diff[0]), (1.0, diff[1])):
                     for occ in occs:
                         _add_total(totals, occ, sign)
-                layout.totals = (dict(occupants), totals)
+                layout.totals = (base, totals)
                 return totals
         totals = {}
         for occ in occupants.values():
             _add_total(totals, occ, 1.0)
-        layout.totals = (dict(occupants), totals)
+        layout.totals = (base, totals)
         return totals
 
     @property
@@ -548,26 +560,23 @@ class ClusterState:
         cj = self._card_jobs
         if cj is None:
             layout = self._layout
-            cached = layout.card_jobs if layout is not None and not self.has_slices else None
-            if cached is not None:
-                layout.card_jobs = None  # this tick owns the map now
-                diff = self._changes(cached[0])
-                if diff is not None:
-                    cj = self._card_jobs = cached[1]
-                    for occ in diff[0]:
-                        jid = occ.job.id
-                        for pool, i, _ in occ.cards:
-                            dev = pool.ids[i]
-                            jobs = cj.get(dev)
-                            if jobs is not None and jid in jobs:
-                                jobs.remove(jid)
-                                if not jobs:
-                                    del cj[dev]
-                    for occ in diff[1]:
-                        jid = occ.job.id
-                        for pool, i, _ in occ.cards:
-                            cj.setdefault(pool.ids[i], []).append(jid)
-                    return cj
+            cached = layout.card_jobs if layout is not None else None
+            if layout is not None:
+                layout.card_jobs = None  # this tick owns the map now (or it is stale)
+            diff = self._diff
+            if cached is not None and diff is not None and cached[0] is diff[0] and not self.has_slices:
+                cj = self._card_jobs = cached[1]
+                for occ in diff[1]:
+                    _card_jobs_drop(cj, occ)
+                for occ in diff[2]:
+                    jid = occ.job.id
+                    for pool, i, _ in occ.cards:
+                        cj.setdefault(pool.ids[i], []).append(jid)
+                for occ in self._started:
+                    jid = occ.job.id
+                    for pool, i, _ in occ.cards:
+                        cj.setdefault(pool.ids[i], []).append(jid)
+                return cj
             cj = self._card_jobs = {}
             add = cj.setdefault
             for jid, occ in self.occupants.items():
@@ -579,6 +588,7 @@ class ClusterState:
         """Record a job started in this tick (after its cards were taken)."""
         jid = occ.job.id
         self.occupants[jid] = occ
+        self._started.append(occ)
         if not self.has_slices and any(card[2] is not None for card in occ.cards):
             self.has_slices = True
         cj = self._card_jobs
@@ -735,6 +745,18 @@ class ClusterState:
         pool.used_cpus[i] += tmpl.ai_cpus
         pool.slices[i] += 1
         self._rebucket_slice(chip, pool, i, old_left)
+
+
+def _card_jobs_drop(cj: dict[int, list[int]], occ: Occupant) -> None:
+    """Take ``occ``'s job off its cards in a ``card_jobs`` map."""
+    jid = occ.job.id
+    for pool, i, _ in occ.cards:
+        dev = pool.ids[i]
+        jobs = cj.get(dev)
+        if jobs is not None and jid in jobs:
+            jobs.remove(jid)
+            if not jobs:
+                del cj[dev]
 
 
 def _add_total(totals: dict[str, list], occ: Occupant, sign: float) -> None:
