@@ -806,6 +806,32 @@ def end_of(occ: Occupant, now: float) -> float:
     return end if leaving is None else min(end, leaving)
 
 
+def ends_of(occs: list[Occupant], now: float) -> list[float]:
+    """``[end_of(occ, now) for occ in occs]``, inlined: a shadow time needs it for every running job."""
+    inf = float("inf")
+    out = []
+    append = out.append
+    for occ in occs:
+        end = occ.expected_end
+        if end is None:
+            job = occ.job
+            start = job.started_at if job.started_at is not None else now
+            est = job.estimated_duration_s
+            end = start + est if est > 0 else inf
+            longest = job.max_duration_s
+            if longest and (end <= now or end == inf):
+                end = start + longest
+            if end < now:
+                end = now
+            deadline = job.preempt_deadline
+            if deadline is not None:
+                end = min(end, max(deadline, now))
+            occ.expected_end = end
+        leaving = occ.leaving
+        append(end if leaving is None or end <= leaving else leaving)
+    return out
+
+
 def slot_units(state: ClusterState, device_id: int, template: str | None) -> float:
     """Device units of one slot (1 for a whole card)."""
     if template is None:

@@ -60,7 +60,7 @@ from operator import attrgetter
 
 from scheduling.engine import reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
-from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
+from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of, ends_of
 from scheduling.engine.fairshare import user_factors
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource
@@ -686,7 +686,7 @@ class Tick:
                     else:
                         occs.append(occ)
             for name, occs in by_chip.items():
-                ends = [end_of(occ, now) for occ in occs]
+                ends = ends_of(occs, now)
                 bases[name] = [occs[i] for i in sorted(range(len(occs)), key=ends.__getitem__)]
         base = bases.get(chip, [])
         changed = [occ for occ in self._changed if occ.chip == chip and occ.cards]
