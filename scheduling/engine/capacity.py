@@ -145,6 +145,11 @@ class Pool:
         self.free = self.usable
         self.key = -1
         if any(self.slices):
+            self.reset_slices()
+
+    def reset_slices(self) -> None:
+        """No vNPU slice on any card."""
+        if any(self.slices):
             zeros = [0] * self.size
             self.used_cores = zeros
             self.used_mem = zeros.copy()
@@ -342,12 +347,21 @@ class Layout:
         #: the occupant is reused (its per-tick fields reset) while the same job object runs there.
         self.seen_slots: dict[int, list] = {}
         #: Per-team totals over the running jobs of the last tick that used this layout, with the
-        #: occupants they were summed from: ``(occupants, totals)`` (see :meth:`ClusterState.running_totals`).
-        self.totals: tuple[dict[int, Occupant], dict[str, list]] | None = None
-        #: ``card_jobs`` of the last tick that built it, without that tick's starts, and the
-        #: ``totals`` occupants it matches (the same dict object, or it is not used).
-        self.card_jobs: tuple[dict[int, Occupant], dict[int, list[int]]] | None = None
+        #: occupants they were summed from and that tick's number (see :meth:`ClusterState.running_totals`).
+        self.totals: tuple[dict[int, Occupant], dict[str, list], int] | None = None
+        #: Cards held per pool (a bitmask each, usable or not) by the whole-card jobs in
+        #: ``seen_slots`` when they are all the running jobs and no card is held twice: the next
+        #: tick of a caller that keeps its job objects starts from it (see :meth:`ClusterState.occupy`).
+        self.held: list[int] | None = None
+        #: ``(tick number, card_jobs)`` of the last tick that built it, without that tick's starts.
+        self.card_jobs: tuple[int, dict[int, list[int]]] | None = None
+        #: Ticks that occupied this layout (each tick's number tags what it leaves behind).
+        self.gen = 0
+        #: The tick that left ``held``.
+        self.held_gen = -1
         self.largest_node = 0
+        #: Pools given a vNPU slice since the last reset (only they need their slice counts cleared).
+        self.sliced: set[Pool] = set()
         self._build(nodes)
         self.reset()
 
@@ -386,7 +400,11 @@ class Layout:
     def reset(self) -> None:
         """Nothing held: every usable card free, empty buckets."""
         for pool in self.pools:
-            pool.reset()
+            pool.free = pool.usable
+            pool.key = -1
+        for pool in self.sliced:
+            pool.reset_slices()
+        self.sliced = set()
         for chip in self.chips.values():
             chip.buckets = [{} for _ in range((chip.gmax + 1) * (chip.size + 1))]
             chip.group_count = [0] * (chip.gmax + 1)
@@ -487,7 +505,12 @@ class ClusterState:
         #: The running jobs as :meth:`running_totals` saw them, and what changed since the
         #: previous tick's (``None``: counted from scratch); :attr:`card_jobs` patches with it.
         self._base: dict[int, Occupant] | None = None
-        self._diff: tuple[dict[int, Occupant], list[Occupant], list[Occupant]] | None = None
+        #: ``(tick number it is from, gone, new)``.
+        self._diff: tuple[int, list[Occupant], list[Occupant]] | None = None
+        #: This tick's number on the layout, and the changes :meth:`_occupy_changes` found
+        #: since the tick that left ``held`` (``(that tick, gone, new)``).
+        self.gen = -1
+        self._occ_diff: tuple[int, list[Occupant], list[Occupant]] | None = None
         #: Jobs started in this tick (taken out of ``card_jobs`` again before it is kept).
         self._started: list[Occupant] = []
 
@@ -499,7 +522,7 @@ class ClusterState:
             if cj is not None and self._base is not None and not self.has_slices:
                 for occ in self._started:  # back to the jobs running when the tick began
                     _card_jobs_drop(cj, occ)
-                layout.card_jobs = (self._base, cj)
+                layout.card_jobs = (self.gen, cj)
             layout.put_back()
 
     def _changes(self, before: dict[int, Occupant]) -> tuple[list[Occupant], list[Occupant]] | None:
@@ -535,19 +558,23 @@ class ClusterState:
         base = self._base = dict(occupants)
         cached = layout.totals
         if cached is not None:
-            diff = self._changes(cached[0])
+            known = self._occ_diff
+            if known is not None and known[0] == cached[2]:  # occupy already knows what changed
+                diff: tuple[list[Occupant], list[Occupant]] | None = (known[1], known[2])
+            else:
+                diff = self._changes(cached[0])
             if diff is not None:
-                self._diff = (cached[0], *diff)
+                self._diff = (cached[2], *diff)
                 totals = cached[1]
                 for sign, occs in ((-1.0, diff[0]), (1.0, diff[1])):
                     for occ in occs:
                         _add_total(totals, occ, sign)
-                layout.totals = (base, totals)
+                layout.totals = (base, totals, self.gen)
                 return totals
         totals = {}
         for occ in occupants.values():
             _add_total(totals, occ, 1.0)
-        layout.totals = (base, totals)
+        layout.totals = (base, totals, self.gen)
         return totals
 
     @property
@@ -564,7 +591,7 @@ class ClusterState:
             if layout is not None:
                 layout.card_jobs = None  # this tick owns the map now (or it is stale)
             diff = self._diff
-            if cached is not None and diff is not None and cached[0] is diff[0] and not self.has_slices:
+            if cached is not None and diff is not None and cached[0] == diff[0] and not self.has_slices:
                 cj = self._card_jobs = cached[1]
                 for occ in diff[1]:
                     _card_jobs_drop(cj, occ)
@@ -601,8 +628,100 @@ class ClusterState:
                 else:
                     jobs.append(jid)
 
-    def occupy(self, running: Iterable[JobState], evicted: set[int]) -> None:
-        """Mark the running jobs' devices taken (jobs in ``evicted`` are gone). Once, on a fresh state."""
+    def occupy(self, running: Iterable[JobState], evicted: set[int], reuse: bool = False) -> None:
+        """Mark the running jobs' devices taken (jobs in ``evicted`` are gone). Once, on a fresh state.
+
+        ``reuse``: the caller keeps its job objects from tick to tick (it passes an
+        inventory key); then the cards held at the last tick are kept on the layout
+        and only the jobs that came and went since are applied (:meth:`_occupy_changes`).
+        """
+        layout = self._layout
+        layout.gen += 1
+        self.gen = layout.gen
+        held = layout.held
+        layout.held = None
+        if reuse and held is not None:
+            jobs = list(running)
+            if evicted:
+                jobs = [job for job in jobs if job.id not in evicted]
+            if self._occupy_changes(jobs, held):
+                return
+            layout.reset()  # half applied: start again from nothing held
+            self.occupants.clear()
+            running = jobs
+            evicted = set()
+        self._occupy_all(running, evicted, reuse)
+
+    def _occupy_changes(self, jobs: list[JobState], base: list[int]) -> bool:
+        """Occupy from the last tick's cards: ``False`` (nothing to trust) when that does not apply.
+
+        It applies when every running job is a whole-card job known by its slots
+        tuple (``seen_slots``) or new, the set changed by a few jobs, and no card is
+        claimed twice. The result is what :meth:`_occupy_all` would build: the same
+        free masks (usable and not held), occupants in the running list's order,
+        pools bucketed in pool order.
+        """
+        layout = self._layout
+        seen = layout.seen_slots
+        cur = {id(job.slots): job for job in jobs}
+        if len(cur) != len(jobs):  # a tuple shared by two jobs (``()``): count them the long way
+            return False
+        gone = seen.keys() - cur.keys()
+        new = cur.keys() - seen.keys()
+        if (len(gone) + len(new)) * 4 > len(jobs) + 16:
+            return False
+        held = list(base)
+        removed = []
+        for key in gone:
+            hit = seen.pop(key)
+            removed.append(hit[6])
+            for pool, i, _ in hit[1]:
+                held[pool.idx] &= ~(1 << i)
+        added = []
+        slot_info = layout.slot_info
+        for key in new:
+            job = cur[key]
+            slots = job.slots
+            cards = []
+            usable_units = 0.0
+            chip_name = ""
+            for slot in slots:
+                info = slot_info.get(slot.device_id)
+                if info is None or slot.vnpu_template is not None:
+                    return False  # unknown card or a slice: the long way
+                pool, _, usable, card = info
+                bit = 1 << card[1]
+                if held[pool.idx] & bit:
+                    return False  # claimed twice
+                held[pool.idx] |= bit
+                chip_name = pool.chip
+                if usable:
+                    usable_units += 1.0
+                cards.append(card)
+            if not cards:
+                return False
+            occ = Occupant(job, chip_name, float(len(slots)), cards, usable_units, None, job.preempt_deadline)
+            seen[key] = [slots, cards, occ.units, usable_units, chip_name, None, occ]
+            added.append(occ)
+        occupants = self.occupants
+        for key, job in cur.items():  # the running list's order (its keys are distinct)
+            occ = seen[key][6]
+            if occ is None or occ.job is not job:
+                return False
+            occ.expected_end = None
+            occ.leaving = job.preempt_deadline
+            occupants[job.id] = occ
+        for pool, mask in zip(self.pools, held, strict=True):
+            pool.free = pool.usable & ~mask
+        self._occ_diff = (layout.held_gen, removed, added)
+        layout.held = held
+        layout.held_gen = self.gen
+        self.has_slices = False
+        self._bucket_all(set())
+        return True
+
+    def _occupy_all(self, running: Iterable[JobState], evicted: set[int], reuse: bool) -> None:
+        """:meth:`occupy` job by job."""
         templates = self.templates
         chips = self.chips
         occupants = self.occupants
@@ -682,7 +801,26 @@ class ClusterState:
             occupants[job.id] = occ
         layout.seen_slots = kept
         self.has_slices = bool(sliced)
-        for chip in chips.values():  # every pool into its bucket (all empty after the reset), in pool order
+        layout.sliced |= sliced
+        if reuse and not sliced and len(kept) == len(occupants):
+            layout.held = self._held_masks(kept)
+            layout.held_gen = self.gen
+        self._bucket_all(sliced)
+
+    def _held_masks(self, kept: dict[int, list]) -> list[int] | None:
+        """Cards held per pool by the jobs in ``kept``, or ``None`` when a card is held twice."""
+        held = [0] * len(self.pools)
+        for hit in kept.values():
+            for pool, i, _ in hit[1]:
+                bit = 1 << i
+                if held[pool.idx] & bit:
+                    return None
+                held[pool.idx] |= bit
+        return held
+
+    def _bucket_all(self, sliced: set[Pool]) -> None:
+        """Every pool into its bucket (all empty after the reset), in pool order."""
+        for chip in self.chips.values():
             free_units = 0.0
             width = chip.size + 1
             buckets = chip.buckets
@@ -736,6 +874,8 @@ class ClusterState:
         chip = self.chips[pool.chip]
         bit = 1 << i
         old_left: int | None = None
+        if self._layout is not None:
+            self._layout.sliced.add(pool)
         if pool.slices[i]:
             old_left = self._slice_left(chip, pool, i)
         elif pool.free & bit:

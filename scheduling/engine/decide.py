@@ -147,7 +147,7 @@ class Tick:
         running = snapshot.running
         out.evictions = [job.id for job in running if job.preempt_deadline is not None and job.preempt_deadline <= now]
         self.state = state = ClusterState(snapshot, policy.placement_strategy, now)
-        state.occupy(running, set(out.evictions))
+        state.occupy(running, set(out.evictions), reuse=snapshot.inventory_key is not None)
         self.ledgers: dict[str, TeamLedger] = {}
         #: Occupants started or newly leaving in this tick (their releases move).
         self._changed: list[Occupant] = self._count_running()

@@ -177,8 +177,15 @@ def test_reused_running_jobs_decide_like_fresh_ones(seed: int, whole: bool) -> N
             snap.now += timedelta(seconds=rng.uniform(1, 7200))
         elif roll < 0.7 and running:
             running.append(running.pop(rng.randrange(len(running))))  # order changes (swap-remove lists do)
-        elif roll < 0.9 and running:
+        elif roll < 0.85 and running:
             running.pop(rng.randrange(len(running)))  # a job ended: its cards are free again
+        elif roll < 0.92 and running:
+            # Bad data: a second job on cards another one holds (both count, as a fresh build does).
+            twin = copy.copy(rng.choice(running))
+            twin.id = 10**6 + tick
+            if rng.random() < 0.5:
+                twin.slots = tuple(list(twin.slots))  # its own tuple (else it shares the other's)
+            running.append(twin)
         else:
             job = rng.choice(running)
             job.slots = tuple(reversed(job.slots))  # a new tuple: seen as a new run
