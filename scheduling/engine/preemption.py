@@ -74,6 +74,10 @@ class _Try:
     mask: int = 0
 
 
+#: Units released so far at a spot with no victim yet.
+_NONE: Mapping[str, float] = {}
+
+
 class Preemptor:
     """Victim search for one tick; remembers what this tick already promised."""
 
@@ -238,14 +242,17 @@ class Preemptor:
                 continue
             for spot in checker.spots(occ):
                 attempt = tries.get(spot)
+                # Eligibility first: most candidates of a fruitless search are not victims, and
+                # a spot's free mask is only needed once it has one. (Nothing the mask reads
+                # changes during a search, so computing it later gives the same mask.)
+                reason = self._eligible(occ, job, within, victim_classes, attempt.released if attempt else _NONE)
+                if reason is None:
+                    continue
                 if attempt is None:
                     attempt = tries[spot] = _Try()
                     if not slices:
                         assert isinstance(spot, Pool)
                         attempt.mask = checker.mask(spot, attempt.extra)
-                reason = self._eligible(occ, job, within, victim_classes, attempt.released)
-                if reason is None:
-                    continue
                 attempt.victims.append(occ)
                 attempt.extra.add(occ.job.id)
                 team = occ.job.team
