@@ -1,4 +1,4 @@
-"""Console pages for policy: the admin's editor and history, the team's quota view.
+"""Console pages for policy: the admin's editor, history and Teams page, the team's quota view.
 
 Views only gather input and call :mod:`quotas.services` and the pure policy
 functions; what a change means is decided there, once.
@@ -17,8 +17,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from quotas.forms import TeamPolicyForm
 from quotas.models import Policy, Team
 from quotas.services import activate_version, active_policy, cluster_facts, create_version
+from quotas.team_policy import TeamChangeError, change_team, team_overview, team_settings
 from scheduling.engine.policy import (
     PolicyError,
     diff_policies,
@@ -133,6 +135,55 @@ def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
     return redirect("console-policy-history")
 
 
+@staff_member_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    """Every team with its weight, fair share, members and base quota under the active policy."""
+    active = Policy.objects.filter(is_active=True).first()
+    return render(request, "quotas/teams.html", {"rows": team_overview(), "active": active})
+
+
+@staff_member_required
+def team_edit(request: HttpRequest, name: str) -> HttpResponse:
+    """Change one team's weight and base quota; a valid change is a new active policy version."""
+    team = get_object_or_404(Team, name=name)
+    active = active_policy()
+    chips = sorted(cluster_facts()[0])
+    form = TeamPolicyForm(
+        request.POST or None,
+        current=team_settings(active.policy, team.name),
+        chip_models=chips,
+        base_version=active.version,
+    )
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        before = team_overview([team.name])[0]
+        try:
+            result = change_team(
+                team.name,
+                shares=form.shares_sent(),
+                guaranteed=form.resources("guaranteed"),
+                maximum=form.resources("max"),
+                comment=data["comment"],
+                author=request.user,
+                base_version=data["base_version"],
+            )
+        except TeamChangeError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            after = team_overview([team.name])[0]
+            messages.success(
+                request,
+                f"Saved: {'; '.join(result.changes)}. Policy v{result.record.version} is active from the next tick. "
+                f"Share of the cluster {before.norm_percent:.1f} % → {after.norm_percent:.1f} %, "
+                f"fair-share factor {before.fair_share:.3f} → {after.fair_share:.3f}.",
+            )
+            for warning in result.warnings:
+                messages.warning(request, warning)
+            return redirect("console-teams")
+    row = team_overview([team.name])[0]
+    return render(request, "quotas/team_edit.html", {"team": team, "row": row, "form": form, "active": active})
+
+
 @login_required
 def team_quota(request: HttpRequest) -> HttpResponse:
     """A team's quota in force now and over the week, for its members; admins see every team."""
@@ -157,6 +208,7 @@ def team_quota(request: HttpRequest) -> HttpResponse:
         request,
         "quotas/team_quota.html",
         {
+            "fair_share": team_overview(names, now=now) if names else [],
             "effective": effective,
             "timezone": policy.timezone,
             "at_display": local.strftime("%Y-%m-%d %H:%M"),

@@ -1,9 +1,9 @@
-"""Shared fixtures: the demo site, users of each role, API clients."""
+"""Shared fixtures: the demo site, users of each role, API clients; test outcomes for the browser fixture."""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import pytest
 from django.conf import settings
@@ -11,11 +11,23 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests.browser import PHASE_REPORTS
+
 requires_postgres = pytest.mark.skipif(
     not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
     reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)",
 )
 requires_redis = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis: set REDIS_URL (CI does)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep each phase's report on the test, so the browser ``page`` fixture knows on teardown if it failed."""
+    report = yield
+    item.stash.setdefault(PHASE_REPORTS, {})[report.when] = report
+    return report
 
 
 def free_port() -> int:

@@ -8,9 +8,12 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas.models import ApiToken, Membership, Policy, Team
+from quotas.team_policy import MAX_COMMENT_CHARS, MAX_DEVICE_UNITS, MAX_SHARES, read_amount
 
 #: The longest policy text the API accepts (the console uses the same bound).
 MAX_POLICY_CHARS = 200_000
@@ -102,6 +105,65 @@ class TeamDetailSerializer(TeamSerializer):
     class Meta(TeamSerializer.Meta):
         fields = [*TeamSerializer.Meta.fields, "quota", "usage", "members"]
         read_only_fields = fields
+
+
+@extend_schema_field(OpenApiTypes.NUMBER)
+class AmountField(serializers.Field):
+    """A number >= 0 up to ``limit``, checked by :func:`quotas.team_policy.read_amount` (same words as the console)."""
+
+    def __init__(self, *, limit: float, **kwargs: Any) -> None:
+        self.limit = limit
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> float:
+        try:
+            return read_amount(data, limit=self.limit)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class TeamPolicyChangeSerializer(serializers.Serializer):
+    """``PATCH /api/v1/teams/{name}/``: any of the weight and the base quota, and why."""
+
+    shares = AmountField(limit=MAX_SHARES, required=False, help_text="Fair-share weight among the team's siblings")
+    guaranteed = serializers.DictField(
+        child=AmountField(limit=MAX_DEVICE_UNITS, allow_null=True),
+        required=False,
+        help_text="Base guarantee per resource key (devices, devices/<chip>); null removes the key; others keep theirs",
+    )
+    max = serializers.DictField(
+        child=AmountField(limit=MAX_DEVICE_UNITS, allow_null=True),
+        required=False,
+        help_text="Base cap per resource key; null removes the cap; keys not given keep theirs",
+    )
+    comment = serializers.CharField(
+        max_length=MAX_COMMENT_CHARS, help_text="Required: why; kept with the new policy version"
+    )
+    base_version = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Refuse the change unless this is still the active version (someone else may have changed it)",
+    )
+
+
+class TeamFairShareSerializer(serializers.Serializer):
+    shares = serializers.FloatField(help_text="The team's weight")
+    norm_shares = serializers.FloatField(help_text="Its share of the cluster down the department → team tree")
+    fair_share = serializers.FloatField(help_text="The classic fair-share factor its jobs' priority gets now, 0 to 1")
+    usage_hours = serializers.FloatField(help_text="Decayed device-hours the factor is computed from")
+
+
+class TeamPolicyChangedSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    policy_version = serializers.IntegerField(help_text="The new version, active from the next tick")
+    changes = serializers.ListField(child=serializers.CharField(), help_text="What changed in meaning")
+    warnings = serializers.ListField(child=serializers.CharField(), help_text="The validator's warnings, if any")
+    guaranteed = serializers.DictField(child=serializers.FloatField(), help_text="The base guarantee now")
+    max = serializers.DictField(child=serializers.FloatField(), help_text="The base caps now")
+    fair_share = TeamFairShareSerializer()
 
 
 # -- policies -----------------------------------------------------------------

@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,12 +36,15 @@ from quotas.api.serializers import (
     PolicyTextSerializer,
     PolicyValidationSerializer,
     TeamDetailSerializer,
+    TeamPolicyChangedSerializer,
+    TeamPolicyChangeSerializer,
     TeamSerializer,
     TeamUsageSerializer,
     json_safe,
 )
 from quotas.models import ApiToken, Membership, Policy, Team
 from quotas.services import ActivePolicy, activate_version, active_policy, cluster_facts, create_version
+from quotas.team_policy import NON_FIELD, TeamChangeError, change_team, team_overview
 from scheduling.engine.policy import (
     PolicyError,
     PolicyIssue,
@@ -139,6 +142,53 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(body)
 
     @extend_schema(
+        summary="Change the team's weight and base quota as a new active policy version (admins)",
+        description=(
+            "The active policy is changed for this team only and stored as a new version with the comment, "
+            "like `POST /api/v1/policies/`: validated against the cluster, audited, in the history. "
+            "Nothing is stored when any field is invalid."
+        ),
+        request=TeamPolicyChangeSerializer,
+        responses={200: TeamPolicyChangedSerializer, **error_responses(400, 401, 403, 404)},
+    )
+    def partial_update(self, request: Request, name: str | None = None) -> Response:
+        team = self.get_object()
+        if not request.user.is_staff:
+            raise PermissionDenied("only admins may change a team's weight and quota")
+        incoming = TeamPolicyChangeSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        try:
+            result = change_team(
+                team.name,
+                shares=data.get("shares"),
+                guaranteed=data.get("guaranteed"),
+                maximum=data.get("max"),
+                comment=data["comment"],
+                author=request.user,
+                base_version=data.get("base_version"),
+            )
+        except TeamChangeError as exc:
+            raise ValidationError(_nested_errors(exc.errors)) from exc
+        row = team_overview([team.name])[0]
+        return Response(
+            {
+                "team": team.name,
+                "policy_version": result.record.version,
+                "changes": result.changes,
+                "warnings": result.warnings,
+                "guaranteed": row.guaranteed,
+                "max": row.max,
+                "fair_share": {
+                    "shares": row.shares,
+                    "norm_shares": row.norm_shares,
+                    "fair_share": row.fair_share,
+                    "usage_hours": row.usage_hours,
+                },
+            }
+        )
+
+    @extend_schema(
         summary="The team's device-hours in a month (leads and admins)",
         parameters=[MONTH_PARAM],
         responses={200: TeamUsageSerializer, **error_responses(400, 401, 403, 404)},
@@ -158,6 +208,23 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         team = self.get_object()
         require_lead(request.user, team)
         return Response(MemberSerializer(team.memberships.select_related("user"), many=True).data)
+
+
+def _nested_errors(errors: dict[str, str]) -> dict[str, Any]:
+    """Service error keys as the request's own shape: ``max.devices/910B4`` → ``{"max": {"devices/910B4": [...]}}``.
+
+    So the error body's ``field`` reads ``max.devices/910B4`` and ``details`` mirrors the request.
+    """
+    out: dict[str, Any] = {}
+    for key, message in errors.items():
+        if key == NON_FIELD:
+            out.setdefault("non_field_errors", []).append(message)
+        elif key.startswith(("guaranteed.", "max.")):
+            kind, resource = key.split(".", 1)
+            out.setdefault(kind, {})[resource] = [message]
+        else:
+            out[key] = [message]
+    return out
 
 
 # -- policies -----------------------------------------------------------------
