@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from threading import Lock
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -53,18 +53,67 @@ def parsed(record: Policy) -> ParsedPolicy:
     return result
 
 
+#: The active version's record and parsed policy, by what identifies that activation (see ``active_policy``).
+_active_cache: dict[tuple[object, ...], ActivePolicy] = {}
+
+
+def _active_row() -> tuple[object, ...] | None:
+    """``(id, version, created, activated_at)`` of the active version: one read of a tiny indexed row.
+
+    Every job submission asks which policy is active. Written as SQL because the ORM
+    spends several times longer compiling this query than the database takes to answer it.
+    """
+    meta = Policy._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in ("id", "version", "created", "activated_at"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {quote(meta.get_field('is_active').column)} = %s",
+            [True],
+        )
+        return cursor.fetchone()
+
+
 def active_policy() -> ActivePolicy:
-    """The active version, or the built-in defaults when none was ever applied."""
-    record = Policy.objects.filter(is_active=True).first()
-    if record is None:
-        return ActivePolicy(None, None, parse_policy(_FALLBACK_YAML))
+    """The active version, or the built-in defaults when none was ever applied.
+
+    The record and its parsed policy are kept per activation — the row's id, version,
+    creation and activation times, so a rebuilt database reusing a number, or a
+    version activated again, is read afresh — and shared read-only by callers.
+    """
+    row = _active_row()
+    if row is None:
+        return ActivePolicy(None, None, _fallback())
+    hit = _active_cache.get(row)
+    if hit is not None:
+        return hit
+    record = Policy.objects.filter(pk=row[0]).first()
+    if record is None:  # replaced between the two reads
+        return active_policy()
     try:
-        return ActivePolicy(record.version, record, parsed(record))
+        result = ActivePolicy(record.version, record, parsed(record))
     except PolicyError:
         # Only validated text is stored, but a code change could reject old text:
         # scheduling must go on, so fall back loudly rather than stop the cluster.
         log.exception("active policy v%s no longer parses; using built-in defaults", record.version)
-        return ActivePolicy(record.version, record, parse_policy(_FALLBACK_YAML))
+        return ActivePolicy(record.version, record, _fallback())
+    with _cache_lock:
+        if len(_active_cache) > 16:
+            _active_cache.clear()
+        _active_cache[row] = result
+    return result
+
+
+def _fallback() -> ParsedPolicy:
+    """The built-in defaults, parsed once per process."""
+    key = (0, _FALLBACK_YAML)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is None:
+        hit = parse_policy(_FALLBACK_YAML)
+        with _cache_lock:
+            _cache[key] = hit
+    return hit
 
 
 def cluster_facts() -> tuple[set[str], dict[str, float]]:

@@ -12,9 +12,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from devices.models import Node
+from npuportal.api_pagination import InvalidCursor, Keyset
 from quotas.models import AuditEvent, Membership, Team
 from quotas.services import active_policy
-from scheduling.api.views import visible_jobs
+from scheduling.api.views import JobPagination, visible_jobs
 from scheduling.engine.policy import quota_at, zone
 from scheduling.forms import JobSubmitForm
 from scheduling.models import Allocation, Job
@@ -39,14 +40,35 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard.html", {"teams": teams, "rows": rows, "cards": team_cards(user)})
 
 
+#: Rows per page of the console's job list.
+JOB_LIST_PAGE = 100
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    qs = visible_jobs(request.user).order_by("-submitted_at", "-id")
+    """Newest jobs first, a page at a time by cursor: one indexed query, never a COUNT of the table."""
+    qs = visible_jobs(request.user)
     state = request.GET.get("state")
     if state in Job.State.values:
         qs = qs.filter(state=state)
-    rows = [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in qs[:200]]
-    return render(request, "jobs.html", {"rows": rows, "state": state, "states": Job.State.choices})
+    keyset = Keyset(JobPagination.ordering)
+    try:
+        page = keyset.page(qs, limit=JOB_LIST_PAGE, cursor=request.GET.get("cursor") or None)
+    except InvalidCursor:
+        page = keyset.page(qs, limit=JOB_LIST_PAGE)  # a stale or edited link: start from the newest
+    rows = [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in page.rows]
+    return render(
+        request,
+        "jobs.html",
+        {
+            "rows": rows,
+            "state": state,
+            "states": Job.State.choices,
+            "older": page.next_cursor,
+            "newer": page.previous_cursor,
+            "paged": "cursor" in request.GET,
+        },
+    )
 
 
 @login_required
@@ -71,12 +93,12 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def cluster(request: HttpRequest) -> HttpResponse:
     nodes = list(Node.objects.prefetch_related("devices"))
     busy: dict[int, list[str]] = {}
-    mine = None if request.user.is_staff else set(visible_jobs(request.user).values_list("id", flat=True))
-    for device_id, job_id, template in Allocation.objects.filter(end__isnull=True).values_list(
-        "device_id", "job_id", "vnpu_template__name"
+    mine = None if request.user.is_staff else set(job_service.teams_of(request.user))
+    for device_id, job_id, team_id, template in Allocation.objects.filter(end__isnull=True).values_list(
+        "device_id", "job_id", "job__team_id", "vnpu_template__name"
     ):
         # Other teams' jobs show as "in use": nobody learns another team's job ids here.
-        label = f"#{job_id}" if mine is None or job_id in mine else "in use"
+        label = f"#{job_id}" if mine is None or team_id in mine else "in use"
         busy.setdefault(device_id, []).append(label + (f" ({template})" if template else ""))
     grid = [(node, [(d, busy.get(d.pk, [])) for d in node.devices.all()]) for node in nodes]
     return render(request, "cluster.html", {"grid": grid})

@@ -303,6 +303,8 @@ def test_jobs_filter_by_several_states(people, api) -> None:
         ("/api/v1/jobs/?limit=abc", 200),
         ("/api/v1/jobs/?offset=-3&limit=-1", 200),
         ("/api/v1/jobs/?submitted_after=yesterday", 400),
+        ("/api/v1/jobs/?submitted_before=0129-09-08T15:38:58.658270-21:04", 200),  # an offset PostgreSQL refuses
+        ("/api/v1/jobs/?submitted_before=0001-01-01T00:00:00%2B23:59", 400),  # before year 1 in UTC
         ("/api/v1/jobs/?state=sleeping", 400),
         ("/api/v1/jobs/abc/", 404),
         ("/api/v1/jobs/99999999999999999999999/", 404),
@@ -341,3 +343,286 @@ def test_throttling_answers_429_in_the_error_shape(people, api, monkeypatch) -> 
     codes = [client.get("/api/v1/teams/").status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]
     assert "throttled" in client.get("/api/v1/teams/").json()["error"].lower()
+
+
+# -- job lists at scale: keyset pages, no COUNT, constant queries -------------------------
+
+
+def _history(people, n: int, *, team: str = "training", start: int = 0) -> list[int]:
+    """``n`` jobs of ``team``, in groups of five sharing one submit time (as an array's copies do)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from quotas.models import Team
+
+    base = timezone.now() - timedelta(days=1)
+    jobs = Job.objects.bulk_create(
+        Job(
+            team=Team.objects.get(name=team),
+            submitter=people["lead"],
+            name=f"hist-{start + i}",
+            command="x",
+            priority_class="normal",
+            state=("completed", "pending", "failed")[i % 3],
+            submitted_at=base + timedelta(seconds=(start + i) // 5),
+        )
+        for i in range(n)
+    )
+    return [job.pk for job in jobs]
+
+
+def _newest_first(**filters) -> list[int]:
+    return list(Job.objects.filter(**filters).order_by("-submitted_at", "-id").values_list("id", flat=True))
+
+
+def _counts_jobs(queries: list[dict]) -> list[str]:
+    return [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "scheduling_job" in q["sql"]]
+
+
+def test_job_list_pages_by_cursor_visit_every_job_once_in_order(people, api) -> None:
+    _history(people, 43)
+    client = api(people["admin"])
+    page = client.get("/api/v1/jobs/?limit=7").json()
+    assert set(page) == {"next", "previous", "results"} and page["previous"] is None
+    seen, pages = [j["id"] for j in page["results"]], [page]
+    while page["next"]:
+        assert "offset=" not in page["next"] and "cursor=" in page["next"] and "limit=7" in page["next"]
+        page = client.get(page["next"]).json()
+        seen += [j["id"] for j in page["results"]]
+        pages.append(page)
+    assert seen == _newest_first()
+    assert all(len(p["results"]) == 7 for p in pages[:-1])
+    # ... and back again through `previous`, page by page.
+    back = []
+    for earlier, later in zip(reversed(pages[:-1]), reversed(pages[1:]), strict=True):
+        assert later["previous"]
+        back_page = client.get(later["previous"]).json()
+        assert [j["id"] for j in back_page["results"]] == [j["id"] for j in earlier["results"]]
+        back.append(back_page)
+    assert back[-1]["previous"] is None
+
+
+def test_job_list_filters_and_member_views_page_the_same_way(people, api) -> None:
+    _history(people, 20)
+    _history(people, 9, team="research", start=100)
+    member = api(people["member"])
+    for path, expected in [
+        ("/api/v1/jobs/?limit=4&state=pending", _newest_first(team__name="training", state="pending")),
+        (
+            "/api/v1/jobs/?limit=3&team=training&state=completed",
+            _newest_first(team__name="training", state="completed"),
+        ),
+        ("/api/v1/jobs/?limit=5", _newest_first(team__name="training")),
+        ("/api/v1/jobs/?limit=5&user=lena", _newest_first(team__name="training", submitter__username="lena")),
+    ]:
+        page, seen = member.get(path).json(), []
+        while True:
+            seen += [j["id"] for j in page["results"]]
+            if not page["next"]:
+                break
+            page = member.get(page["next"]).json()
+        assert seen == expected, path
+    assert member.get("/api/v1/jobs/?team=research").json()["results"] == []
+
+
+def test_job_list_limit_offset_and_bad_cursors(people, api) -> None:
+    _history(people, 12)
+    client = api(people["admin"])
+    everything = _newest_first()
+    assert [j["id"] for j in client.get("/api/v1/jobs/?offset=4&limit=3").json()["results"]] == everything[4:7]
+    after_offset = client.get("/api/v1/jobs/?offset=4&limit=3").json()
+    assert [j["id"] for j in client.get(after_offset["next"]).json()["results"]] == everything[7:10]
+    assert [j["id"] for j in client.get(after_offset["previous"]).json()["results"]] == everything[1:4]
+    assert len(client.get("/api/v1/jobs/?limit=abc").json()["results"]) == min(50, len(everything))
+    assert len(client.get("/api/v1/jobs/?limit=0").json()["results"]) == min(50, len(everything))
+    past_the_end = client.get("/api/v1/jobs/?offset=" + "9" * 30).json()
+    assert past_the_end == {"next": None, "previous": "http://testserver/api/v1/jobs/", "results": []}
+    for cursor in (
+        "abc",
+        "e30",
+        "eyJwIjpbIngiLDFdLCJyIjowfQ",
+        "eyJwIjpbIjIwMjYtMDEtMDFUMDA6MDA6MDArMDA6MDAiLDk5OTk5OTk5OTk5OTk5OTk5OTk5OTldLCJyIjowfQ",
+    ):
+        resp = client.get(f"/api/v1/jobs/?cursor={cursor}")
+        assert resp.status_code == 400, cursor
+        assert resp.json()["field"] == "cursor" and resp.json()["error"].startswith("cursor:")
+
+
+@pytest.mark.parametrize("role", ["admin", "member"])
+def test_job_list_is_one_constant_query_and_never_counts_the_table(people, api, role) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api(people[role])
+    client.get("/api/v1/jobs/")  # the token's last_used, caches
+    sizes = []
+    for extra in (3, 60):
+        _history(people, extra, start=len(sizes) * 1000)
+        for path in ("/api/v1/jobs/", "/api/v1/jobs/?state=pending&team=training", "/api/v1/jobs/?limit=5"):
+            with CaptureQueriesContext(connection) as ctx:
+                page = client.get(path).json()
+            assert not _counts_jobs(ctx.captured_queries), path
+            sizes.append(len(ctx.captured_queries))
+            if page["next"]:
+                with CaptureQueriesContext(connection) as ctx:
+                    client.get(page["next"])
+                assert not _counts_jobs(ctx.captured_queries)
+                sizes.append(len(ctx.captured_queries))
+    # Auth, (a member's team ids), the page: the same whatever the size of the table or the depth.
+    assert set(sizes) == {2 if role == "admin" else 3}, sizes
+
+
+def test_console_job_list_pages_without_counting(people, monkeypatch) -> None:
+    import re
+
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling import views
+
+    monkeypatch.setattr(views, "JOB_LIST_PAGE", 6)
+    _history(people, 25)
+    client = Client()
+    client.force_login(people["member"])
+    html = client.get("/jobs/").content.decode()
+    seen, sizes = [], []
+    while True:
+        seen += [int(i) for i in re.findall(r'href="/jobs/(\d+)/"', html)]
+        older = re.search(r'href="\?(?:state=[^"&]*&amp;)?cursor=([^"]+)">Older', html)
+        if not older:
+            break
+        with CaptureQueriesContext(connection) as ctx:
+            html = client.get(f"/jobs/?cursor={older.group(1)}").content.decode()
+        assert not _counts_jobs(ctx.captured_queries)
+        sizes.append(len(ctx.captured_queries))
+    assert seen == _newest_first(team__name="training")
+    assert len(set(sizes)) == 1, sizes
+    pending = client.get("/jobs/?state=pending").content.decode()
+    assert [int(i) for i in re.findall(r'href="/jobs/(\d+)/"', pending)] == _newest_first(
+        team__name="training", state="pending"
+    )[:6]
+    assert client.get("/jobs/?cursor=garbage").status_code == 200  # a stale link starts again at the newest
+
+
+# -- submissions: the same answers, fewer queries ------------------------------------------
+
+
+def test_job_representation_matches_drf_field_by_field(people, api) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from rest_framework import serializers
+
+    from devices.models import VnpuTemplate
+    from scheduling.api.serializers import JobSerializer, job_representation
+
+    now = timezone.now()
+    running = Job.objects.create(
+        team=people["lead"].memberships.get().team, submitter=people["lead"], name="r", command="c",
+        priority_class="high", vnpu_template=VnpuTemplate.objects.first(), chip_model="310P3", state="running",
+        submitted_at=now - timedelta(hours=1), started_at=now, max_duration_s=7200,
+        estimated_start=now, preempt_deadline=now + timedelta(seconds=30), array_id="A1", array_index=3,
+    )  # fmt: skip
+    done = Job.objects.create(
+        team=running.team, submitter=people["member"], name="d", command="c", priority_class="low",
+        state="failed", submitted_at=now, started_at=now, ended_at=now, exit_code=137, retries=2,
+    )  # fmt: skip
+    waiting = Job.objects.create(
+        team=running.team, submitter=people["member"], name="w", command="c", priority_class="normal",
+        submitted_at=now, pending_reason="Resources", pending_detail="needs 8 cards",
+    )  # fmt: skip
+    for tz in ("UTC", "Asia/Shanghai"):
+        with timezone.override(tz):
+            for job in Job.objects.filter(pk__in=[running.pk, done.pk, waiting.pk]).select_related(
+                "team", "submitter", "vnpu_template"
+            ):
+                drf = serializers.ModelSerializer.to_representation(JobSerializer(), job)
+                assert job_representation(job) == dict(drf)
+                assert list(job_representation(job)) == JobSerializer.Meta.fields
+
+
+def test_submission_answers_and_stores_the_same_through_both_write_paths(people, api, monkeypatch) -> None:
+    """The one-statement insert (PostgreSQL) and the ORM transaction store the same job, event and array."""
+    from django.forms.models import model_to_dict
+
+    from scheduling.models import JobEvent
+    from scheduling.services import job_insert
+
+    def submit(body: dict) -> list[dict]:
+        resp = api(people["member"]).post("/api/v1/jobs/", {**GOOD_JOB, "team": "training", **body}, format="json")
+        assert resp.status_code == 201, resp.content
+        answer = resp.json()
+        return answer if isinstance(answer, list) else [answer]
+
+    def stored(answer: list[dict]) -> list[tuple]:
+        rows = []
+        for item in answer:
+            job = Job.objects.get(pk=item["id"])
+            events = [{k: v for k, v in model_to_dict(e).items() if k not in ("id", "job")} for e in job.events.all()]
+            fields = {k: v for k, v in model_to_dict(job).items() if k not in ("id", "submitted_at")}
+            fields["array_id"] = "A" if fields["array_id"] else ""
+            assert all(e["at"] == job.submitted_at for e in events)
+            rows.append((fields, [{k: v for k, v in e.items() if k != "at"} for e in events]))
+        return rows
+
+    def scrub(answer: list[dict]) -> list[dict]:
+        return [{**j, "id": 0, "submitted_at": "", "array_id": "A" if j["array_id"] else ""} for j in answer]
+
+    results = {}
+    for name, available in (("fast", job_insert.available()), ("orm", False)):
+        monkeypatch.setattr(job_insert, "available", lambda available=available: available)
+        single = submit({"name": " lone ", "max_duration_s": 7200})
+        array = submit({"name": "sweep", "array": 3, "vnpu_template": "vir02"})
+        one = submit({"name": "solo", "array": 1})
+        assert [j["name"] for j in array] == ["sweep[0]", "sweep[1]", "sweep[2]"]
+        assert {j["array_id"] for j in array} == {f"A{array[0]['id']}"} and one[0]["array_id"] == f"A{one[0]['id']}"
+        assert JobEvent.objects.filter(job_id__in=[j["id"] for j in array]).count() == 3
+        results[name] = [(scrub(a), stored(a)) for a in (single, array, one)]
+    assert results["fast"] == results["orm"]
+
+
+def test_a_submission_is_a_fixed_handful_of_queries(people, api) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api(people["member"])
+    client.post("/api/v1/jobs/", {**GOOD_JOB, "team": "training"}, format="json")  # token last_used, caches
+    counts = {}
+    for body in ({}, {"array": 2}, {"array": 40}):
+        with CaptureQueriesContext(connection) as ctx:
+            resp = client.post("/api/v1/jobs/", {**GOOD_JOB, "team": "training", **body}, format="json")
+        assert resp.status_code == 201
+        counts[body.get("array", 1)] = len(ctx.captured_queries)
+    # token; team through the memberships; active policy; device count; the insert
+    # (one statement on PostgreSQL; BEGIN, INSERT, INSERT, COMMIT elsewhere, and a few more for an array).
+    if connection.vendor == "postgresql":
+        assert counts == {1: 5, 2: 5, 40: 5}
+    else:
+        assert counts[1] <= 8 and counts[2] == counts[40] <= 10, counts
+
+
+def test_array_names_keep_their_length_limit(people, api) -> None:
+    resp = api(people["member"]).post(
+        "/api/v1/jobs/", {**GOOD_JOB, "team": "training", "name": "x" * 197, "array": 12}, format="json"
+    )
+    assert resp.status_code == 400
+    assert resp.json() == {
+        "error": "name: must be at most 200 characters",
+        "field": "name",
+        "details": {"name": ["must be at most 200 characters"]},
+    }
+    assert not Job.objects.filter(name__startswith="x" * 197).exists()
+
+
+def test_throttle_rates_come_from_the_environment(monkeypatch) -> None:
+    from npuportal.settings import _throttle_rate
+
+    monkeypatch.setenv("NPUPORTAL_THROTTLE_USER", "5000/s")
+    assert _throttle_rate("NPUPORTAL_THROTTLE_USER", "600/min") == "5000/s"
+    monkeypatch.delenv("NPUPORTAL_THROTTLE_USER")
+    assert _throttle_rate("NPUPORTAL_THROTTLE_USER", "600/min") == "600/min"
+    monkeypatch.setenv("NPUPORTAL_THROTTLE_USER", "lots")
+    with pytest.raises(ValueError, match="NPUPORTAL_THROTTLE_USER"):
+        _throttle_rate("NPUPORTAL_THROTTLE_USER", "600/min")

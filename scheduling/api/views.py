@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
-from django.db.models import QuerySet
+from django import forms
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet, Subquery
 from django.utils import timezone
+from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -18,34 +22,79 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from npuportal.api_pagination import KeysetPagination
 from quotas.api.errors import error_response, error_responses
 from quotas.api.serializers import json_safe
 from quotas.models import Team
-from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+from scheduling.api.serializers import (
+    JobDetailSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    job_representation,
+)
 from scheduling.models import Job
 from scheduling.services import jobs as job_service
 
 
 def visible_jobs(user: object) -> QuerySet[Job]:
-    """Admins see all jobs; everyone else only their teams' jobs."""
+    """Admins see all jobs; everyone else only their teams' jobs.
+
+    The user's team ids are read first (one small query) and filtered on as values:
+    the database then walks the (team, …, submitted_at, id) indexes newest first and
+    stops at the page's end, where a join through memberships sorts every row of the teams.
+    """
     qs = Job.objects.select_related("team", "submitter", "vnpu_template")
     if getattr(user, "is_staff", False):
         return qs
-    return qs.filter(team__memberships__user=user)
+    return qs.filter(team_id__in=job_service.teams_of(user))
+
+
+class JobPagination(KeysetPagination):
+    """Jobs newest first, on the (team, state,) submitted_at, id indexes; no COUNT at any size."""
+
+    ordering = ("-submitted_at", "-id")
+
+
+class UtcDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, as UTC: any offset Python reads (up to ±23:59) becomes one the database takes."""
+
+    def clean(self, value: object) -> datetime | None:
+        moment = super().clean(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError as exc:
+            raise forms.ValidationError("out of range", code="invalid") from exc
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
 
 
 class JobFilterSet(django_filters.FilterSet):
+    # Each filter is a plain condition on the job row, so the list stays one range scan of an index:
+    # no DISTINCT (nothing here can repeat a row), and names resolved to ids inside the query.
     state = django_filters.MultipleChoiceFilter(
-        choices=Job.State.choices, help_text="Repeat for several: ?state=pending&state=running"
+        choices=Job.State.choices, help_text="Repeat for several: ?state=pending&state=running", distinct=False
     )
-    team = django_filters.CharFilter(field_name="team__name")
-    user = django_filters.CharFilter(field_name="submitter__username")
-    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    team = django_filters.CharFilter(method="filter_team")
+    user = django_filters.CharFilter(method="filter_user")
+    submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
 
     class Meta:
         model = Job
         fields = ["state", "priority_class", "team", "user", "chip_model", "array_id"]
+
+    def filter_team(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        """Jobs of the team named ``value``: ``team_id = (SELECT id …)``, which the (team, …) indexes serve."""
+        return queryset.filter(team_id=Subquery(Team.objects.filter(name=value).values("pk")[:1]))
+
+    def filter_user(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        """Jobs submitted by the user named ``value`` (matched by id, without a join)."""
+        users = get_user_model().objects.filter(username=value).values("pk")[:1]
+        return queryset.filter(submitter_id=Subquery(users))
 
 
 @extend_schema_view(
@@ -60,12 +109,13 @@ class JobFilterSet(django_filters.FilterSet):
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     filterset_class = JobFilterSet
+    pagination_class = JobPagination
     lookup_value_regex = r"\d{1,18}"
 
     def get_queryset(self) -> QuerySet[Job]:
         if getattr(self, "swagger_fake_view", False):
             return Job.objects.none()
-        qs = visible_jobs(self.request.user).order_by("-submitted_at", "-id")
+        qs = visible_jobs(self.request.user).order_by(*JobPagination.ordering)
         if self.action == "retrieve":
             qs = qs.prefetch_related("allocations__device__node", "allocations__vnpu_template", "events")
         return qs
@@ -76,18 +126,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if self.action == "create":
             return JobSubmitSerializer
         return JobSerializer
-
-    def _team_for(self, request: Request, name: str | None) -> Team:
-        if name:
-            team = Team.objects.filter(name=name).first()
-            if team is None or not job_service.can_act_for_team(request.user, team):
-                # Same answer for "no such team" and "not yours": no probing of names.
-                raise ValidationError({"team": [f"no team {name!r} that you belong to"]})
-            return team
-        teams = list(Team.objects.filter(memberships__user=request.user))
-        if len(teams) != 1:
-            raise ValidationError({"team": ["required: you belong to several teams or none"]})
-        return teams[0]
 
     @extend_schema(
         summary="Submit one job, or a job array with array: N (then the answer is a list)",
@@ -110,39 +148,30 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         incoming = JobSubmitSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
-        team = self._team_for(request, data.get("team"))
-        count = data.get("array") or 1
-        array_id = job_service.next_array_id() if data.get("array") else ""
-        created = []
+        spec = job_service.JobSpec(
+            name=data["name"],
+            command=data["command"],
+            priority_class=data.get("priority_class") or None,
+            num_devices=data["num_devices"],
+            vnpu_template=data.get("vnpu_template") or None,
+            chip_model=data.get("chip_model") or None,
+            estimated_duration_s=data["estimated_duration_s"],
+            max_duration_s=data.get("max_duration_s"),
+        )
         try:
-            from django.db import transaction
-
-            with transaction.atomic():
-                for index in range(count):
-                    spec = job_service.JobSpec(
-                        name=data["name"] if count == 1 else f"{data['name']}[{index}]",
-                        command=data["command"],
-                        priority_class=data.get("priority_class") or None,
-                        num_devices=data["num_devices"],
-                        vnpu_template=data.get("vnpu_template") or None,
-                        chip_model=data.get("chip_model") or None,
-                        estimated_duration_s=data["estimated_duration_s"],
-                        max_duration_s=data.get("max_duration_s"),
-                    )
-                    created.append(
-                        job_service.submit_job(
-                            team=team,
-                            user=request.user,
-                            spec=spec,
-                            array_id=array_id,
-                            array_index=index if array_id else None,
-                        )
-                    )
+            team = job_service.submission_team(request.user, data.get("team"))
+            if data.get("array"):
+                jobs = job_service.submit_array(
+                    team=team, user=request.user, spec=spec, count=data["array"], member_checked=True
+                )
+                body: Any = [job_representation(job) for job in jobs]
+            else:
+                job = job_service.submit_job(team=team, user=request.user, spec=spec, member_checked=True)
+                body = job_representation(job)
         except job_service.SubmissionError as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
         except job_service.PermissionDenied as exc:
             raise DRFPermissionDenied(str(exc)) from exc
-        body = JobSerializer(created, many=True).data if array_id else JobSerializer(created[0]).data
         return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -7,20 +7,22 @@ The API, the console, the admin and the CLI all come through here, so a rule
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
-from django.db.models import F, Max, Value
+from django.db import connection, transaction
+from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from devices.models import Device, VnpuTemplate
+from npuportal import row_reads
 from quotas.models import Membership, Team
 from quotas.services import active_policy
 from scheduling.engine.policy import quota_at
 from scheduling.models import Allocation, Job, JobEvent
+from scheduling.services import job_insert
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +58,42 @@ class JobSpec:
 
 
 def teams_of(user: AbstractBaseUser) -> list[int]:
-    return list(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    """Ids of the teams ``user`` belongs to (unordered: no join for the memberships' default ordering)."""
+    return list(Membership.objects.filter(user=user).order_by().values_list("team_id", flat=True))
 
 
 def can_act_for_team(user: AbstractBaseUser, team: Team) -> bool:
     return bool(user.is_staff) or Membership.objects.filter(user=user, team=team).exists()
+
+
+def submission_team(user: AbstractBaseUser, name: str | None) -> Team:
+    """The team a submission goes to: the named one when ``user`` may act for it, else their only team.
+
+    The same answer for "no such team" and "not yours", so names cannot be probed.
+    One read through the user's memberships (an admin may name any team), written
+    out (``npuportal.row_reads``): it runs on every API submission, where the ORM
+    would spend more CPU compiling the join than the database takes to answer it.
+    """
+    team_id, team_name = row_reads.column(Team, "id"), row_reads.column(Team, "name")
+    sql = f"SELECT {row_reads.columns(Team, 't')} FROM {row_reads.table(Team)} t"
+    params: list[object] = []
+    if not (name and user.is_staff):
+        sql += (
+            f" JOIN {row_reads.table(Membership)} m ON m.{row_reads.column(Membership, 'team')} = t.{team_id}"
+            f" AND m.{row_reads.column(Membership, 'user')} = %s"
+        )
+        params.append(user.pk)
+    if name:
+        sql += f" WHERE t.{team_name} = %s"
+        params.append(name)
+    teams = [team for (team,) in row_reads.rows(sql + " LIMIT 2", params, Team)]
+    if name:
+        if not teams:
+            raise SubmissionError("team", f"no team {name!r} that you belong to")
+        return teams[0]
+    if len(teams) != 1:
+        raise SubmissionError("team", "required: you belong to several teams or none")
+    return teams[0]
 
 
 def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTemplate | None, int | None, str]:
@@ -108,11 +141,12 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
         raise SubmissionError("estimated_duration_s", f"must not exceed max_duration_s ({max_s})")
 
     chip = (spec.chip_model or "").strip()
-    chips = set(Device.objects.values_list("chip_model", flat=True).distinct())
-    if chip and chip not in chips:
-        raise SubmissionError(
-            "chip_model", f"no device of model {chip!r} in the cluster; known: {', '.join(sorted(chips))}"
-        )
+    # One indexed count answers both "is there such a chip?" and "are there enough cards?";
+    # the list of known chips is read only to word the error.
+    size = _device_count(chip) if chip or not spec.vnpu_template else None
+    if chip and not size:
+        chips = sorted(set(Device.objects.order_by().values_list("chip_model", flat=True).distinct()))
+        raise SubmissionError("chip_model", f"no device of model {chip!r} in the cluster; known: {', '.join(chips)}")
     template = None
     if spec.vnpu_template:
         candidates = VnpuTemplate.objects.filter(name=spec.vnpu_template)
@@ -134,8 +168,7 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
     else:
         if not isinstance(spec.num_devices, int) or isinstance(spec.num_devices, bool) or spec.num_devices < 1:
             raise SubmissionError("num_devices", "must be a whole number >= 1")
-        pool = Device.objects.filter(chip_model=chip) if chip else Device.objects.all()
-        size = pool.count()
+        assert size is not None
         if spec.num_devices > size:
             raise SubmissionError(
                 "num_devices",
@@ -144,7 +177,24 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
     return pclass, template, max_s, chip
 
 
-@transaction.atomic
+def _device_count(chip: str) -> int:
+    """Cards in the cluster, of ``chip`` when given (one indexed count).
+
+    Every submission asks, so it is written as SQL: the ORM spends several times
+    longer compiling this count than the database takes to answer it.
+    """
+    meta = Device._meta
+    quote = connection.ops.quote_name
+    sql = f"SELECT COUNT(*) FROM {quote(meta.db_table)}"
+    params: list[str] = []
+    if chip:
+        sql += f" WHERE {quote(meta.get_field('chip_model').column)} = %s"
+        params.append(chip)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.fetchone()[0])
+
+
 def submit_job(
     *,
     team: Team,
@@ -153,16 +203,122 @@ def submit_job(
     now: datetime | None = None,
     array_id: str = "",
     array_index: int | None = None,
+    member_checked: bool = False,
 ) -> Job:
-    """Validate and queue one job; the next tick considers it."""
-    if not can_act_for_team(user, team):
+    """Validate and queue one job; the next tick considers it.
+
+    ``member_checked=True`` says the caller found ``team`` through ``user``'s own
+    memberships (or the user is an admin) a moment ago, so the same check is not
+    read twice on the API's hottest path; every other caller leaves it ``False``.
+    The job and its ``Submitted`` event are written atomically: in one statement
+    on PostgreSQL (``job_insert``), in one transaction elsewhere.
+    """
+    if not member_checked and not can_act_for_team(user, team):
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
     pclass, template, max_s, chip = _validate(spec, team, now)
-    job = Job.objects.create(
+    job = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=spec.name.strip())
+    job.array_id = array_id
+    job.array_index = array_index
+    event = _submitted_event(job, actor=user)
+    if job_insert.available():
+        job_insert.insert_with_event(job, event)
+    else:
+        with transaction.atomic():
+            job.save(force_insert=True)
+            event.job = job
+            event.save()
+    return job
+
+
+def submit_array(
+    *,
+    team: Team,
+    user: AbstractBaseUser,
+    spec: JobSpec,
+    count: int,
+    now: datetime | None = None,
+    member_checked: bool = False,
+) -> list[Job]:
+    """Queue ``count`` copies of one spec as a job array, like Slurm's ``--array=0-(N-1)``.
+
+    The copies differ only in name (``name[i]``, or ``name`` for an array of one)
+    and index, so the spec is validated once, against the longest name, and the
+    jobs and their events are written in bulk: one statement on PostgreSQL
+    (``job_insert``), a transaction of bulk inserts elsewhere. The array id is
+    ``A<id of its first job>``: unique without a lock, and it says where the array starts.
+    """
+    if count < 1:
+        raise SubmissionError("array", "must be a whole number >= 1")
+    if not member_checked and not can_act_for_team(user, team):
+        raise PermissionDenied(f"{user} is not a member of team {team.name}")
+    now = now or timezone.now()
+    names = [spec.name] if count == 1 else [f"{spec.name}[{index}]" for index in range(count)]
+    pclass, template, max_s, chip = _validate(replace(spec, name=names[-1]), team, now)
+    if job_insert.available():
+        # The database names and numbers the copies; the same rows as the path below.
+        # ``name[i]`` stripped is the name stripped on the left, then ``[i]``.
+        first_name = spec.name.strip() if count == 1 else spec.name.lstrip()
+        pattern = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=first_name)
+        made = job_insert.insert_array(pattern, _submitted_event(pattern, actor=user), count)
+        jobs = []
+        for (pk, index, array_id), name in zip(made, names, strict=True):
+            job = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=name.strip(), array_index=index)
+            job.pk, job.array_id = pk, array_id
+            job._state.adding = False
+            job._state.db = connection.alias
+            jobs.append(job)
+        return jobs
+    with transaction.atomic():
+        return _submit_array_orm(user, spec, now, names, (team, pclass, template, max_s, chip))
+
+
+def _submit_array_orm(
+    user: AbstractBaseUser,
+    spec: JobSpec,
+    now: datetime,
+    names: list[str],
+    checked: tuple[Team, str, VnpuTemplate | None, int | None, str],
+) -> list[Job]:
+    """``submit_array``'s writes through the ORM, for databases without INSERT in a CTE."""
+    team, pclass, template, max_s, chip = checked
+    jobs = [
+        _new_job(team, user, spec, now, pclass, template, max_s, chip, name=name.strip(), array_index=index)
+        for index, name in enumerate(names)
+    ]
+    first, rest = jobs[0], jobs[1:]
+    first.save(force_insert=True)
+    array_id = f"A{first.pk}"
+    Job.objects.filter(pk=first.pk).update(array_id=array_id)
+    for job in jobs:
+        job.array_id = array_id
+    Job.objects.bulk_create(rest)
+    if any(job.pk is None for job in rest):  # a database that cannot return ids from a bulk insert
+        ids = dict(Job.objects.filter(array_id=array_id).values_list("array_index", "id"))
+        for job in rest:
+            job.pk = ids[job.array_index]
+    JobEvent.objects.bulk_create(_submitted_event(job, actor=user) for job in jobs)
+    return jobs
+
+
+def _new_job(
+    team: Team,
+    user: AbstractBaseUser,
+    spec: JobSpec,
+    now: datetime,
+    pclass: str,
+    template: VnpuTemplate | None,
+    max_s: int | None,
+    chip: str,
+    *,
+    name: str,
+    array_index: int | None = None,
+) -> Job:
+    """An unsaved pending job of a validated spec, as every submission path stores it."""
+    return Job(
         team=team,
         submitter=user,
-        name=spec.name.strip(),
+        name=name,
         command=spec.command,
         priority_class=pclass,
         num_devices=spec.num_devices,
@@ -173,15 +329,16 @@ def submit_job(
         submitted_at=now,
         pending_reason="Submitted",
         pending_detail="waiting for the next scheduling tick",
-        array_id=array_id,
         array_index=array_index,
     )
-    record_submission(job, actor=user)
-    return job
 
 
 def record_submission(job: Job, *, actor: AbstractBaseUser | None) -> None:
-    JobEvent.objects.create(
+    _submitted_event(job, actor=actor).save()
+
+
+def _submitted_event(job: Job, *, actor: AbstractBaseUser | None) -> JobEvent:
+    return JobEvent(
         job=job,
         at=job.submitted_at or timezone.now(),
         from_state="",
@@ -329,8 +486,3 @@ def requeue_job(
         job=job, at=at, from_state=Job.State.RUNNING, to_state=Job.State.PENDING, reason=reason, detail=detail[:500]
     )
     return job
-
-
-def next_array_id() -> str:
-    last = Job.objects.exclude(array_id="").aggregate(m=Max("id"))["m"] or 0
-    return f"A{last + 1}"
