@@ -8,12 +8,11 @@ team, malformed month or amount).
 from __future__ import annotations
 
 import json
-import sys
 from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from quotas.accounting.exports import to_csv, to_json
@@ -30,18 +29,14 @@ from quotas.accounting.statements import (
     previous_month,
     statement_for,
 )
+from quotas.management.subcommands import SubcommandCommand
 from quotas.models import Statement, Team
 from scheduling.services.usage import UsageError
 
 OK, REFUSED, USAGE = 0, 1, 2
 
 
-class Exit(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
-class Command(BaseCommand):
+class Command(SubcommandCommand):
     help = "Usage accounting and monthly chargeback: close, adjust, export, preview, sweep."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -63,17 +58,6 @@ class Command(BaseCommand):
         p.add_argument("--month", default=None, help="default: this month")
         p.add_argument("--json", action="store_true")
         sub.add_parser("sweep", help="write usage records of closed allocations (what beat runs every minute)")
-
-    def handle(self, *args: Any, **opts: Any) -> None:
-        try:
-            getattr(self, "do_" + opts["action"])(opts)
-        except Exit as done:
-            if done.code:
-                sys.exit(done.code)
-
-    def _fail(self, message: str, code: int) -> Exit:
-        self.stderr.write(message)
-        return Exit(code)
 
     def _actor(self, username: str | None) -> Any:
         if not username:

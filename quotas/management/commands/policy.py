@@ -7,14 +7,14 @@ change), 2 usage error (bad arguments, unknown version, unreadable file).
 from __future__ import annotations
 
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.utils import timezone
 
+from quotas.management.subcommands import Exit, SubcommandCommand
 from quotas.models import Policy, Team
 from quotas.services import activate_version, active_policy, cluster_facts, create_version
 from scheduling.engine.policy import (
@@ -33,12 +33,7 @@ from scheduling.engine.policy import (
 OK, INVALID, USAGE = 0, 1, 2
 
 
-class Exit(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
-class Command(BaseCommand):
+class Command(SubcommandCommand):
     help = "Scheduling policy as config: validate, apply (with --dry-run), export, history, diff, rollback, effective."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -68,19 +63,7 @@ class Command(BaseCommand):
         p.add_argument("--at", default=None, help="ISO time, e.g. 2026-11-27T23:30 (policy timezone if naive)")
         p.add_argument("--json", action="store_true")
 
-    def handle(self, *args: Any, **opts: Any) -> None:
-        try:
-            getattr(self, "do_" + opts["action"])(opts)
-        except Exit as done:
-            if done.code:
-                sys.exit(done.code)
-        except CommandError:
-            raise
-
     # -- helpers -------------------------------------------------------------
-    def _fail(self, message: str, code: int) -> Exit:
-        self.stderr.write(message)
-        return Exit(code)
 
     def _read(self, path: str) -> str:
         try:
