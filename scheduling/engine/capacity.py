@@ -510,6 +510,9 @@ class ClusterState:
         #: This tick's number on the layout, and the changes :meth:`_occupy_changes` found
         #: since the tick that left ``held`` (``(that tick, gone, new)``).
         self.gen = -1
+        #: The caller keeps its job objects between ticks (see :meth:`occupy`): only then is
+        #: anything about the running jobs carried to the next tick.
+        self.reuse = False
         self._occ_diff: tuple[int, list[Occupant], list[Occupant]] | None = None
         #: Jobs started in this tick (taken out of ``card_jobs`` again before it is kept).
         self._started: list[Occupant] = []
@@ -555,6 +558,12 @@ class ClusterState:
         layout = self._layout
         assert layout is not None and not self.has_slices
         occupants = self.occupants
+        if not self.reuse:  # new objects every tick (the database's): nothing to carry over
+            layout.totals = None
+            totals: dict[str, list] = {}
+            for occ in occupants.values():
+                _add_total(totals, occ, 1.0)
+            return totals
         base = self._base = dict(occupants)
         cached = layout.totals
         if cached is not None:
@@ -638,6 +647,7 @@ class ClusterState:
         layout = self._layout
         layout.gen += 1
         self.gen = layout.gen
+        self.reuse = reuse
         held = layout.held
         layout.held = None
         if reuse and held is not None:
