@@ -74,6 +74,9 @@ class _Try:
     mask: int = 0
 
 
+#: A spot where the job cannot fit whatever leaves (see ``Preemptor._potential``).
+_DEAD = _Try()
+
 #: Units released so far at a spot with no victim yet.
 _NONE: Mapping[str, float] = {}
 
@@ -118,6 +121,9 @@ class Preemptor:
         #: Cards promised to a waiting job this tick.
         self.claimed: set[int] = set()
         self._ranked: dict[str, list[Occupant]] = {}
+        self._filtered: dict[tuple[str, frozenset[str]], list[Occupant]] = {}
+        #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
+        self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
         self._failed: dict[tuple, int] = {}
         self.version = 0
         self._unlimited = True
@@ -166,6 +172,7 @@ class Preemptor:
             self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
             self.leaving_on.setdefault(occ.chip, []).append(occ)
         self.claimed.update(plan.devices)
+        self._potential_cache.clear()  # leaving jobs of any class now free their cards
 
     # -- search --------------------------------------------------------------------
 
@@ -176,20 +183,78 @@ class Preemptor:
             now = self.now
             lowest = self.lowest
             rank = self.rank
-            ranked = [
+            occs = [
                 occ
                 for occ in self.state.occupants.values()
                 if occ.chip == chip and occ.job.started_at is not None and occ.cards
             ]
-            ranked.sort(
-                key=lambda o: (
-                    -rank.get(o.job.priority_class, lowest),
-                    now - (o.job.started_at or now),
-                    o.job.id,
-                )
-            )
+            keys = [(-rank.get(o.job.priority_class, lowest), now - o.job.started_at, o.job.id) for o in occs]  # type: ignore[operator]
+            ranked = [occs[i] for i in sorted(range(len(occs)), key=keys.__getitem__)]
             self._ranked[chip] = ranked
         return ranked
+
+    def _candidates(self, chip: str, within: bool, victim_classes: frozenset[str]) -> list[Occupant]:
+        """The ranked jobs on ``chip`` that :meth:`_eligible` could accept, in rank order.
+
+        A job outside its guarantee may only preempt the classes its own class
+        preempts (reclaim needs ``within``), so every other running job would be
+        refused one by one: fruitless searches, the common case at a full
+        cluster, walked all of them. Filtering keeps the order, so the victims
+        picked are the same.
+        """
+        ranked = self._ranked_on(chip)
+        if within:
+            return ranked
+        key = (chip, victim_classes)
+        hit = self._filtered.get(key)
+        if hit is None:
+            hit = self._filtered[key] = [o for o in ranked if o.job.priority_class in victim_classes]
+        return hit
+
+    def _potential(self, pool: Pool, victim_classes: frozenset[str]) -> int:
+        """Cards of ``pool`` that any search outside the job's guarantee could free (cached per tick).
+
+        A card counts if it is free, or every job on it is leaving or of a class in
+        ``victim_classes`` (preemptible, started before this tick). That bounds
+        what a search can free there, and the bound only shrinks during a tick
+        (starts take free cards, holds and promises take more) except when a plan
+        makes jobs leave: :meth:`commit` drops the cache then. A pool where the
+        job cannot fit even on these cards is one where a search would pick
+        victims and never fit, so skipping it picks the same plan.
+        """
+        cache = self._potential_cache.get(victim_classes)
+        if cache is None:
+            cache = self._potential_cache[victim_classes] = {}
+        mask = cache.get(pool)
+        if mask is not None:
+            return mask
+        state = self.state
+        card_jobs = state.card_jobs
+        occupants = state.occupants
+        gone = self.gone
+        claimed = self.claimed
+        ok_classes = victim_classes & self.preemptible
+        free = pool.free
+        usable = pool.usable
+        ids = pool.ids
+        mask = free
+        for i in range(pool.size):
+            bit = 1 << i
+            if free & bit or not usable & bit or ids[i] in claimed:
+                continue
+            jobs = card_jobs.get(ids[i])
+            if not jobs:
+                continue  # held for a blocked job
+            for j in jobs:
+                if j in gone:
+                    continue
+                occ = occupants.get(j)
+                if occ is None or occ.job.started_at is None or occ.job.priority_class not in ok_classes:
+                    break
+            else:
+                mask |= bit
+        cache[pool] = mask
+        return mask
 
     def _eligible(
         self,
@@ -237,11 +302,16 @@ class Preemptor:
                 if found is not None and headroom + self._freed(found[1], ()) >= units:
                     return self._plan(chip_name, [], found)
         slices = tmpl is not None
-        for occ in self._ranked_on(chip_name):
+        # Outside its guarantee the job can only free cards whose every job is a
+        # candidate: a pool where that cannot make room is passed over at once.
+        bound = not (slices or within)
+        for occ in self._candidates(chip_name, within, victim_classes):
             if occ.job.id in self.gone:
                 continue
             for spot in checker.spots(occ):
                 attempt = tries.get(spot)
+                if attempt is _DEAD:
+                    continue
                 # Eligibility first: most candidates of a fruitless search are not victims, and
                 # a spot's free mask is only needed once it has one. (Nothing the mask reads
                 # changes during a search, so computing it later gives the same mask.)
@@ -249,6 +319,11 @@ class Preemptor:
                 if reason is None:
                     continue
                 if attempt is None:
+                    # Outside its guarantee the job can only free cards whose every job is a
+                    # candidate: a pool where even that leaves no room gets no victims.
+                    if bound and checker.fits_mask(spot, self._potential(spot, victim_classes)) is None:  # type: ignore[arg-type]
+                        tries[spot] = _DEAD
+                        continue
                     attempt = tries[spot] = _Try()
                     if not slices:
                         assert isinstance(spot, Pool)
@@ -297,8 +372,14 @@ class Preemptor:
         full: list[Pool] = []
         seen: set[Pool] = set()
 
+        bound = not within  # (victims on pools that can never be full still count as released)
+
         def check(pool: Pool, extra: set[int]) -> None:
-            if pool not in seen and pool.size == chip.size and checker.mask(pool, extra) == full_mask:
+            if pool in seen or pool.size != chip.size:
+                return
+            if bound and self._potential(pool, victim_classes) != full_mask:
+                return
+            if checker.mask(pool, extra) == full_mask:
                 seen.add(pool)
                 full.append(pool)
 
@@ -324,7 +405,7 @@ class Preemptor:
             if plan is not None:
                 return plan
         extra: set[int] = set()
-        for occ in self._ranked_on(chip_name):
+        for occ in self._candidates(chip_name, within, victim_classes):
             if occ.job.id in self.gone:
                 continue
             reason = self._eligible(occ, job, within, victim_classes, released)
