@@ -63,10 +63,10 @@ from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of, ends_of
 from scheduling.engine.fairshare import user_factors
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
-from scheduling.engine.policy import DEVICES, chip_resource
+from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
 from scheduling.engine.priority import class_factors
-from scheduling.engine.quota import TeamLedger, admit, admit_devices, quota_in_force
+from scheduling.engine.quota import TeamLedger, admit, admit_devices
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
     Decisions,
@@ -149,6 +149,8 @@ class Tick:
         self.state = state = ClusterState(snapshot, policy.placement_strategy, now)
         state.occupy(running, set(out.evictions), reuse=snapshot.inventory_key is not None)
         self.ledgers: dict[str, TeamLedger] = {}
+        #: ``now`` on the policy's wall clock (weekday, minute): what quotas in force depend on.
+        self._clock: tuple[int, int] | None = None
         #: Occupants started or newly leaving in this tick (their releases move).
         self._changed: list[Occupant] = self._count_running()
         #: The running jobs already leaving when the tick began (the preemptor starts from them).
@@ -219,7 +221,10 @@ class Tick:
     def ledger(self, team: str) -> TeamLedger:
         ledger = self.ledgers.get(team)
         if ledger is None:
-            quota, schedule = quota_in_force(self.policy, team, self.snapshot.now)
+            clock = self._clock
+            if clock is None:
+                clock = self._clock = policy_clock(self.policy, self.snapshot.now)
+            quota, schedule = quota_for_team(self.policy.team(team), *clock)
             month = float(self.snapshot.month_device_hours.get(team, 0.0))
             ledger = self.ledgers[team] = TeamLedger(team, quota, schedule, month)
         return ledger

@@ -301,10 +301,16 @@ def quota_at(policy: Policy, team: str, at: datetime) -> tuple[Quota, str | None
     which is what schedule windows are written in (so a window keeps meaning
     "09:00-18:00 on the office clock" across DST changes).
     """
+    weekday, minute = policy_clock(policy, at)
+    return quota_for_team(policy.team(team), weekday, minute)
+
+
+def policy_clock(policy: Policy, at: datetime) -> tuple[int, int]:
+    """``(weekday, minute of the day)`` of ``at`` on the policy's wall clock (a tick reads it once)."""
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError("quota_at needs an aware datetime (got a naive one)")
     local = at.astimezone(zone(policy.timezone))
-    return quota_for_team(policy.team(team), local.weekday(), local.hour * 60 + local.minute)
+    return local.weekday(), local.hour * 60 + local.minute
 
 
 def _num(value: float) -> int | float:
