@@ -30,12 +30,13 @@ card.ai_cores`` of a card (quota, reservations and fair share all count so).
 from __future__ import annotations
 
 import threading
+from bisect import insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import ClassVar
 
-from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, Snapshot, VnpuTemplate
+from scheduling.engine.snapshot import DeviceState, JobState, NodeState, RunningDelta, Slot, Snapshot, VnpuTemplate
 
 #: Float slack for unit sums (slices make fractions such as 0.3 + 0.3 + 0.4).
 EPS = 1e-9
@@ -87,6 +88,7 @@ class Pool:
         "ids",
         "idx",
         "key",
+        "key0",
         "ktab",
         "node",
         "size",
@@ -120,6 +122,8 @@ class Pool:
         #: Usable cards with nobody on them (whole-card placement takes from here).
         self.free = usable
         self.key = -1
+        #: Bucket key at the start of the last tick (see ``Layout.image``).
+        self.key0 = -1
         #: Bucket key per free mask (shared by the pools of one chip with the same groups).
         self.ktab: dict[int, int] = {}
         self.gid = 0
@@ -185,6 +189,12 @@ class Chip:
     #: Sliced usable cards by remaining AI cores: ``slice_buckets[r]`` = {(pool, i): None}.
     slice_buckets: list[dict[tuple[Pool, int], None]] = field(default_factory=list)
     orders: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    #: The buckets at the start of the last tick, in pool order, with their counts, top
+    #: group and free units (see ``Layout.image``).
+    members: list[list[Pool]] = field(default_factory=list)
+    counts0: list[int] = field(default_factory=list)
+    top0: int = 0
+    free0: float = 0.0
     #: Lookup tables: ``picks[(gid, free, n)]`` = (card indices, their mask) best fit takes (see :meth:`pick`).
     picks: dict[tuple[int, int, int], tuple[tuple[int, ...], int] | None] = field(default_factory=dict)
     #: Group layouts seen on this chip -> (gid, shared bucket-key table).
@@ -303,6 +313,8 @@ class Occupant:
     leaving: float | None = None
 
 
+_IDX = attrgetter("idx")
+
 #: What the layout of a node depends on, per device (see :class:`Layout`).
 _DEVICE_FIELDS = attrgetter("id", "index", "chip_model", "topology_group", "usable", "hbm_mb", "ai_cores", "ai_cpus")
 
@@ -362,12 +374,24 @@ class Layout:
         self.largest_node = 0
         #: Pools given a vNPU slice since the last reset (only they need their slice counts cleared).
         self.sliced: set[Pool] = set()
+        #: For callers that pass a ``Snapshot.running_delta``: the free state at the start of the
+        #: last tick is kept (``Chip.members`` …, ``Pool.key0``, ``held``), the running jobs then by
+        #: id (``occ_map``), the pools that tick changed (``touched``), the delta version it was
+        #: for, and the jobs it left out as evicted (still in ``running`` until the caller stops them).
+        self.image = False
+        self.occ_map: dict[int, Occupant] = {}
+        self.touched: list[Pool] = []
+        self.delta_version: int | None = None
+        self.evicted_last: set[int] = set()
         self._build(nodes)
         self.reset()
 
     @classmethod
     def get(cls, nodes: list[NodeState], key: object | None = None) -> Layout:
-        """A reset layout for ``nodes``: a cached one with the same fingerprint, else a new one.
+        """A layout for ``nodes``: a cached one with the same fingerprint, else a new one.
+
+        A cached one is as the last tick left it: :meth:`ClusterState.occupy` resets it
+        or, given a running delta, starts from its image of the last tick.
 
         With ``key`` (``Snapshot.inventory_key``) the caller vouches that equal keys mean
         an equal inventory, and the fingerprint (a read of every device) is skipped.
@@ -387,8 +411,6 @@ class Layout:
         if layout is None:
             layout = cls(nodes, fingerprint)
             layout.key = key
-            return layout
-        layout.reset()
         return layout
 
     def put_back(self) -> None:
@@ -399,6 +421,8 @@ class Layout:
 
     def reset(self) -> None:
         """Nothing held: every usable card free, empty buckets."""
+        self.image = False
+        self.touched = []
         for pool in self.pools:
             pool.free = pool.usable
             pool.key = -1
@@ -516,11 +540,21 @@ class ClusterState:
         self._occ_diff: tuple[int, list[Occupant], list[Occupant]] | None = None
         #: Jobs started in this tick (taken out of ``card_jobs`` again before it is kept).
         self._started: list[Occupant] = []
+        self._delta = snapshot.running_delta
+        #: Pools whose free cards this tick changed (the next tick puts them back first).
+        self._touched: list[Pool] = []
+        #: The running jobs already leaving (``preempt_deadline`` set), in the running list's order.
+        self.leaving: list[Occupant] = []
 
     def release(self) -> None:
         """The tick is over: hand the layout back for the next tick (this state is dead after)."""
         layout, self._layout = self._layout, None
         if layout is not None:
+            occ_map = layout.occ_map
+            for occ in self._started:  # the kept running set is the one the tick began with
+                if occ_map.get(occ.job.id) is occ:
+                    del occ_map[occ.job.id]
+            layout.touched = self._touched
             cj = self._card_jobs
             if cj is not None and self._base is not None and not self.has_slices:
                 for occ in self._started:  # back to the jobs running when the tick began
@@ -643,6 +677,8 @@ class ClusterState:
         ``reuse``: the caller keeps its job objects from tick to tick (it passes an
         inventory key); then the cards held at the last tick are kept on the layout
         and only the jobs that came and went since are applied (:meth:`_occupy_changes`).
+        With a ``Snapshot.running_delta`` as well, even the free state and the running
+        set are carried over (:meth:`_occupy_delta`): the tick costs what changed.
         """
         layout = self._layout
         layout.gen += 1
@@ -650,17 +686,166 @@ class ClusterState:
         self.reuse = reuse
         held = layout.held
         layout.held = None
+        running = running if isinstance(running, list) else list(running)
+        delta = self._delta if reuse else None
+        image = layout.image and not layout.sliced and delta is not None and delta.since == layout.delta_version
+        layout.delta_version = delta.version if delta is not None else None
+        if image and held is not None and self._occupy_delta(running, evicted, held, delta):  # type: ignore[arg-type]
+            self._find_leaving(running)
+            return
+        layout.reset()
+        self.occupants = {}
         if reuse and held is not None:
-            jobs = list(running)
+            jobs = running
             if evicted:
                 jobs = [job for job in jobs if job.id not in evicted]
-            if self._occupy_changes(jobs, held):
-                return
-            layout.reset()  # half applied: start again from nothing held
-            self.occupants.clear()
-            running = jobs
-            evicted = set()
-        self._occupy_all(running, evicted, reuse)
+            if not self._occupy_changes(jobs, held):
+                layout.reset()  # half applied: start again from nothing held
+                self.occupants.clear()
+                self._occupy_all(jobs, set(), reuse)
+        else:
+            self._occupy_all(running, evicted, reuse)
+        layout.occ_map = self.occupants if reuse else {}
+        layout.evicted_last = set(evicted)
+        if delta is not None and layout.held is not None:
+            self._keep_image()
+        self._find_leaving(running)
+
+    def _find_leaving(self, running: list[JobState]) -> None:
+        """:attr:`leaving`, in the running list's order (what breaks ties between leaving jobs)."""
+        occupants = self.occupants
+        leaving = self.leaving = []
+        for job in running:
+            if job.preempt_deadline is not None:
+                occ = occupants.get(job.id)
+                if occ is not None and occ.job is job:
+                    occ.leaving = job.preempt_deadline
+                    leaving.append(occ)
+
+    def _keep_image(self) -> None:
+        """Record the free state as the tick begins, for the next tick's :meth:`_occupy_delta`."""
+        for chip in self.chips.values():
+            chip.members = [list(bucket) for bucket in chip.buckets]  # in pool order, as just bucketed
+            chip.counts0 = list(chip.group_count)
+            chip.top0 = chip.max_group_free
+            chip.free0 = chip.free_units
+        for pool in self.pools:
+            pool.key0 = pool.key
+        self._layout.image = True
+
+    def _occupy_delta(self, running: list[JobState], evicted: set[int], held: list[int], delta: RunningDelta) -> bool:
+        """Start from the last tick's image and apply ``delta``: ``False`` (nothing changed) when it does not hold.
+
+        Builds what :meth:`_occupy_all` would: the same free masks, buckets in
+        pool order, per-chip counts and free units (whole cards: integer sums), one
+        occupant per running job with its tick fields cleared. The running set is
+        kept by job id, not in the running list's order: what depends on that order
+        (:attr:`leaving`, the shadow time's releases) walks the running list.
+        Everything is checked before anything is changed.
+        """
+        layout = self._layout
+        occ_map = layout.occ_map
+        evicted_last = layout.evicted_last
+        gone: dict[int, Occupant] = {}
+        for job in delta.ended:
+            occ = occ_map.get(job.id)
+            if occ is None:
+                if job.id in evicted_last:
+                    continue  # left out as evicted last tick, stopped since
+                return False
+            if occ.job is not job:
+                return False
+            gone[job.id] = occ
+        if evicted_last and not evicted_last <= ({job.id for job in delta.ended} | evicted):
+            return False  # an evicted job is back without being stopped: count the long way
+        for jid in evicted:
+            occ = occ_map.get(jid)
+            if occ is not None:
+                gone[jid] = occ
+        new_held = list(held)
+        changed: set[Pool] = set()
+        for occ in gone.values():
+            for pool, i, _ in occ.cards:
+                new_held[pool.idx] &= ~(1 << i)
+                changed.add(pool)
+        slot_info = layout.slot_info
+        added: list[Occupant] = []
+        for job in delta.started:
+            if job.id in evicted:
+                continue
+            if job.id in occ_map and job.id not in gone:
+                return False
+            cards = []
+            usable_units = 0.0
+            chip_name = ""
+            for slot in job.slots:
+                info = slot_info.get(slot.device_id)
+                if info is None or slot.vnpu_template is not None:
+                    return False  # unknown card or a slice: the long way
+                pool, _, usable, card = info
+                bit = 1 << card[1]
+                if new_held[pool.idx] & bit:
+                    return False  # claimed twice
+                new_held[pool.idx] |= bit
+                changed.add(pool)
+                chip_name = pool.chip
+                if usable:
+                    usable_units += 1.0
+                cards.append(card)
+            if not cards:
+                return False
+            added.append(Occupant(job, chip_name, float(len(cards)), cards, usable_units, None, job.preempt_deadline))
+        # The promise holds: apply it.
+        for jid in gone:
+            del occ_map[jid]
+        for occ in added:
+            occ_map[occ.job.id] = occ
+        for occ in occ_map.values():
+            occ.expected_end = None
+            occ.leaving = None
+        self.occupants = occ_map
+        for pool in layout.touched:  # back to the free state the last tick began with
+            pool.free = pool.usable & ~held[pool.idx]
+            pool.key = pool.key0
+        chips = self.chips
+        moved: set[str] = set()
+        for pool in changed:
+            chip = chips[pool.chip]
+            before = pool.usable & ~held[pool.idx]
+            free = pool.free = pool.usable & ~new_held[pool.idx]
+            chip.free0 += free.bit_count() - before.bit_count()
+            key = pool.ktab.get(free)
+            if key is None:
+                key = chip.bucket_key(pool)
+            old = pool.key0
+            if key != old:
+                chip.members[old].remove(pool)
+                insort(chip.members[key], pool, key=_IDX)
+                width = chip.size + 1
+                chip.counts0[old // width] -= 1
+                chip.counts0[key // width] += 1
+                pool.key0 = key
+                moved.add(chip.name)
+            pool.key = key
+        for chip in chips.values():
+            if chip.name in moved:
+                counts = chip.counts0
+                top = len(counts) - 1
+                while top > 0 and counts[top] == 0:
+                    top -= 1
+                chip.top0 = top
+            chip.buckets = [dict.fromkeys(m) for m in chip.members]
+            chip.group_count = list(chip.counts0)
+            chip.max_group_free = chip.top0
+            chip.free_units = chip.free0
+        if layout.seen_slots:
+            layout.seen_slots = {}  # the running set is kept here now; the slots index is stale
+        self._occ_diff = (layout.held_gen, list(gone.values()), added)
+        layout.held = new_held
+        layout.held_gen = self.gen
+        layout.evicted_last = set(evicted)
+        self.has_slices = False
+        return True
 
     def _occupy_changes(self, jobs: list[JobState], base: list[int]) -> bool:
         """Occupy from the last tick's cards: ``False`` (nothing to trust) when that does not apply.
@@ -872,11 +1057,13 @@ class ClusterState:
 
     def take_whole(self, pool: Pool, mask: int) -> None:
         """Give the cards in ``mask`` (free ones) to a job."""
+        self._touched.append(pool)
         pool.free &= ~mask
         self.chips[pool.chip].rebucket(pool)
 
     def release_whole(self, pool: Pool, mask: int) -> None:
         """Undo :meth:`take_whole` (used for the backfill hold, never for running jobs)."""
+        self._touched.append(pool)
         pool.free |= mask & pool.usable
         self.chips[pool.chip].rebucket(pool)
 

@@ -195,7 +195,7 @@ class Tick:
                         key = keys[chip] = chip_resource(chip)
                     usage[key] = usage.get(key, 0.0) + u
                 ledger.jobs += jobs
-            return [occ for occ in state.occupants.values() if occ.leaving is not None]
+            return list(state.leaving)
         ledgers = self.ledgers
         keys: dict[str, str] = {}
         leaving: list[Occupant] = []
@@ -683,8 +683,10 @@ class Tick:
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
             now = self.now
             by_chip: dict[str, list[Occupant]] = {}
-            for occ in self.state.occupants.values():
-                if occ.cards and occ.job.started_at is not None:
+            occupants = self.state.occupants
+            for job in self.snapshot.running:  # the running list's order breaks ties between equal ends
+                occ = occupants.get(job.id)
+                if occ is not None and occ.job is job and occ.cards and job.started_at is not None:
                     occs = by_chip.get(occ.chip)
                     if occs is None:
                         by_chip[occ.chip] = [occ]

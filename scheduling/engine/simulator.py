@@ -45,6 +45,7 @@ from scheduling.engine.snapshot import (
     Decisions,
     JobState,
     NodeState,
+    RunningDelta,
     Slot,
     Snapshot,
     Start,
@@ -637,6 +638,11 @@ class Simulation:
         #: The same jobs as the lists handed to every snapshot, kept in place (no copy per event).
         self.pending_list = JobList()
         self.running_list = JobList()
+        #: What changed in ``running_list`` since the last snapshot (see ``RunningDelta``): runs
+        #: the core saw end, runs it has not seen yet; the last snapshot's delta version.
+        self.delta_ended: dict[int, JobState] = {}
+        self.delta_started: dict[int, JobState] = {}
+        self.delta_version = 0
         self.ends: list[tuple[float, int, int]] = []  # (end time, job id, run token)
         self.deadlines: list[tuple[float, int, int]] = []
         self.next_clock = math.inf
@@ -788,6 +794,7 @@ class Simulation:
                 usage=self.fair_usage.snapshot(t) if not self.fifo else {},
                 month_device_hours=self._month_hours(t) if self.clock.monthly else {},
                 inventory_key=self.inventory_key,
+                running_delta=self._running_delta(),
             )
             c0 = time.perf_counter()
             decisions = self.decide_fn(snapshot)
@@ -801,6 +808,19 @@ class Simulation:
             if not again or not self.pending:
                 break
         return started_any
+
+    def _running_delta(self) -> RunningDelta:
+        """The running list's changes since the last snapshot (and start counting anew)."""
+        delta = RunningDelta(
+            self.delta_version,
+            self.delta_version + 1,
+            tuple(self.delta_ended.values()),
+            tuple(self.delta_started.values()),
+        )
+        self.delta_version += 1
+        self.delta_ended.clear()
+        self.delta_started.clear()
+        return delta
 
     def _apply(self, decisions: Decisions, t: float, now: datetime) -> tuple[bool, set[str]]:
         """Apply evictions, starts, preemptions; returns (decide again now?, teams that started)."""
@@ -864,6 +884,7 @@ class Simulation:
         js.started_at = t
         js.preempt_deadline = None
         self.running_list.add(js)
+        self.delta_started[js.id] = js
         sj.status = "running"
         sj.run_token += 1
         heapq.heappush(self.ends, (t + sj.duration, js.id, sj.run_token))
@@ -882,6 +903,8 @@ class Simulation:
         js = sj.state
         self.occ.give_back(js)
         self.running_list.remove(js)
+        if self.delta_started.pop(js.id, None) is None:  # a run no snapshot has shown needs no word
+            self.delta_ended[js.id] = js
         self._rate(sj, -sj.units, t)
         if js.team in self.over:
             self._check_quota(set(), datetime.fromtimestamp(t, tz=UTC))

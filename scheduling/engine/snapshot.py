@@ -84,6 +84,27 @@ class JobState:
     preempt_deadline: float | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class RunningDelta:
+    """Optional promise from a caller that keeps its job objects: how ``running`` changed.
+
+    ``running`` holds the previous snapshot's running jobs (that snapshot carried a
+    delta whose ``version`` is ``since``) minus ``ended`` plus ``started``, the same
+    job objects; fields of the jobs still running did not change, except
+    ``preempt_deadline``. A job that started and ended in between is in neither
+    list; one that ended and started again (a requeued victim) is in both. With
+    it the core's tick starts from the last tick's free state and touches only
+    what changed; when it cannot use the promise (another ``since``, a vNPU
+    slice, a card claimed twice) it counts the running jobs the long way, with
+    the same decisions.
+    """
+
+    since: int
+    version: int
+    ended: tuple[JobState, ...] = ()
+    started: tuple[JobState, ...] = ()
+
+
 @dataclass(slots=True)
 class Snapshot:
     now: datetime
@@ -100,6 +121,8 @@ class Snapshot:
     #: (nodes and device values). Lets the core reuse its layout without comparing every
     #: device (the simulator, whose inventory never changes, passes one); ``None``: compare.
     inventory_key: object | None = None
+    #: Optional, with ``inventory_key``: the running jobs' changes since the last snapshot.
+    running_delta: RunningDelta | None = None
 
 
 # The decisions below are plain (not frozen) slotted dataclasses: a tick builds

@@ -13,6 +13,7 @@ The full comparison against a reference copy of the engine is in
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -24,7 +25,7 @@ from scheduling.engine.capacity import Layout
 from scheduling.engine.decide import Tick, decide
 from scheduling.engine.placement import need_of
 from scheduling.engine.priority import class_factors, order_pending
-from scheduling.engine.snapshot import Decisions, Snapshot
+from scheduling.engine.snapshot import Decisions, JobState, RunningDelta, Snapshot
 
 
 def canon(out: Decisions) -> tuple:
@@ -189,6 +190,152 @@ def test_reused_running_jobs_decide_like_fresh_ones(seed: int, whole: bool) -> N
         else:
             job = rng.choice(running)
             job.slots = tuple(reversed(job.slots))  # a new tuple: seen as a new run
+
+
+def _free_state(state: object) -> tuple:
+    """A tick's free state right after ``occupy``: pools, buckets in order, chip counters, occupants."""
+    chips = state.chips  # type: ignore[attr-defined]
+    return (
+        [pool.free for pool in state.pools],  # type: ignore[attr-defined]
+        {
+            name: (
+                [[pool.idx for pool in bucket] for bucket in chip.buckets],
+                list(chip.group_count),
+                chip.max_group_free,
+                chip.free_units,
+            )
+            for name, chip in chips.items()
+        },
+        sorted(
+            (
+                jid,
+                occ.chip,
+                occ.units,
+                occ.usable_units,
+                occ.expected_end,
+                occ.leaving,
+                [(p.idx, i) for p, i, _ in occ.cards],
+            )
+            for jid, occ in state.occupants.items()  # type: ignore[attr-defined]
+        ),
+        [occ.job.id for occ in state.leaving],  # type: ignore[attr-defined]
+    )
+
+
+class _Running:
+    """A caller's running list with O(1) swap-remove (as the simulator's) and honest deltas."""
+
+    def __init__(self, jobs: list[JobState]) -> None:
+        self.items = list(jobs)
+        self.ended: dict[int, JobState] = {}
+        self.started: dict[int, JobState] = {}
+        self.version = 0
+
+    def add(self, job: JobState) -> None:
+        self.items.append(job)
+        self.started[job.id] = job
+
+    def remove(self, job: JobState) -> None:
+        i = self.items.index(job)
+        last = self.items.pop()
+        if last is not job:
+            self.items[i] = last
+        if self.started.pop(job.id, None) is None:
+            self.ended[job.id] = job
+
+    def delta(self, skip: bool = False) -> RunningDelta:
+        since = self.version + (1000 if skip else 0)  # a broken chain: the core must not trust it
+        out = RunningDelta(since, self.version + 1, tuple(self.ended.values()), tuple(self.started.values()))
+        self.version += 1
+        self.ended.clear()
+        self.started.clear()
+        return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_running_delta_decides_like_a_fresh_build(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that passes ``running_delta`` gets, tick after tick, what a fresh build decides.
+
+    The driver applies the ticks' starts and preemptions as the simulator does, ends
+    jobs and starts some again on their own cards before the next tick (in both lists),
+    starts and ends a job between two ticks, lets grace deadlines pass (evictions,
+    victims requeued), moves ``now`` and now and then breaks the chain of versions.
+    Most ticks must take the short way.
+    """
+    from datetime import timedelta
+
+    from scheduling.engine import capacity
+
+    short = []
+    real = capacity.ClusterState._occupy_delta
+
+    def counted(self, *args):  # type: ignore[no-untyped-def]
+        ok = real(self, *args)
+        short.append(ok)
+        return ok
+
+    # The free state each tick starts from, fresh and carried over: the same, field by field.
+    states: list[tuple] = []
+    occupy = capacity.ClusterState.occupy
+
+    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        occupy(self, *args, **kwargs)
+        states.append(_free_state(self))
+
+    monkeypatch.setattr(capacity.ClusterState, "_occupy_delta", counted)
+    monkeypatch.setattr(capacity.ClusterState, "occupy", recorded)
+    rng = random.Random(seed)
+    snap = make_synthetic_snapshot(200, 24, 8, 0.6, 5, seed)
+    snap.running = [j for j in snap.running if not j.vnpu_template]
+    snap.pending = [j for j in snap.pending if not j.vnpu_template]
+    snap.inventory_key = object()
+    jobs = {j.id: j for j in [*snap.pending, *snap.running]}
+    running = _Running(snap.running)
+    ticks = 40
+    restarts = 0
+    for tick in range(ticks):
+        snap.running = running.items
+        snap.running_delta = running.delta(skip=rng.random() < 0.05)
+        kept = list(Layout._idle)
+        want = fresh(dataclasses.replace(snap, inventory_key=None, running_delta=None))
+        Layout._idle[:] = kept
+        out = decide(snap)
+        assert canon(out) == want, f"tick {tick}"
+        assert states[-1] == states[-2], f"tick {tick}: the carried free state differs from a fresh one"
+        now = snap.now.timestamp()
+        for start in out.starts:
+            job = jobs[start.job_id]
+            snap.pending.remove(job)
+            job.slots, job.started_at = start.slots, now
+            running.add(job)
+            if rng.random() < 0.05:  # ends before the next tick sees it
+                running.remove(job)
+                job.slots, job.started_at = (), None
+        for jid in out.evictions:  # the victim leaves and is requeued
+            job = jobs[jid]
+            running.remove(job)
+            job.slots, job.started_at, job.preempt_deadline = (), None, None
+            snap.pending.append(job)
+        for pre in out.preemptions:
+            jobs[pre.job_id].preempt_deadline = pre.grace_deadline
+        if running.items and rng.random() < 0.3:  # a deadline due at the next tick: an eviction then
+            rng.choice(running.items).preempt_deadline = now
+        elif running.items and rng.random() < 0.2:  # a preemption called off
+            rng.choice(running.items).preempt_deadline = None
+        for _ in range(rng.randint(0, 4)):
+            if running.items:
+                job = rng.choice(running.items)
+                if job.preempt_deadline is None:
+                    running.remove(job)
+                    slots = job.slots
+                    job.slots, job.started_at = (), None
+                    if rng.random() < 0.3:  # ended and started again on its cards: in both lists
+                        restarts += 1
+                        job.slots, job.started_at = tuple(list(slots)), now
+                        running.add(job)
+        snap.now += timedelta(seconds=rng.choice((0.0, 30.0, 400.0, 3600.0)))
+    assert sum(short) > ticks // 2
+    assert restarts, "no victim restarted between two ticks"
 
 
 def test_inventory_key_stands_for_the_fingerprint() -> None:
