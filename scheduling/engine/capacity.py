@@ -195,6 +195,8 @@ class Chip:
     counts0: list[int] = field(default_factory=list)
     top0: int = 0
     free0: float = 0.0
+    #: Buckets changed since the tick began (the next tick rebuilds only these from ``members``).
+    dirty: set[int] = field(default_factory=set)
     #: Lookup tables: ``picks[(gid, free, n)]`` = (card indices, their mask) best fit takes (see :meth:`pick`).
     picks: dict[tuple[int, int, int], tuple[tuple[int, ...], int] | None] = field(default_factory=dict)
     #: Group layouts seen on this chip -> (gid, shared bucket-key table).
@@ -219,7 +221,9 @@ class Chip:
             return
         width = self.size + 1
         counts = self.group_count
+        self.dirty.add(new)
         if old >= 0:
+            self.dirty.add(old)
             del self.buckets[old][pool]
             counts[old // width] -= 1
         self.buckets[new][pool] = None
@@ -435,6 +439,7 @@ class Layout:
             chip.max_group_free = 0
             chip.slice_buckets = [{} for _ in range(chip.card_cores + 1)]
             chip.free_units = float(chip.usable_count)
+            chip.dirty = set()
 
     def _build(self, nodes: list[NodeState]) -> None:
         chips = self.chips
@@ -729,6 +734,7 @@ class ClusterState:
             chip.counts0 = list(chip.group_count)
             chip.top0 = chip.max_group_free
             chip.free0 = chip.free_units
+            chip.dirty = set()
         for pool in self.pools:
             pool.key0 = pool.key
         self._layout.image = True
@@ -821,6 +827,8 @@ class ClusterState:
             if key != old:
                 chip.members[old].remove(pool)
                 insort(chip.members[key], pool, key=_IDX)
+                chip.dirty.add(old)
+                chip.dirty.add(key)
                 width = chip.size + 1
                 chip.counts0[old // width] -= 1
                 chip.counts0[key // width] += 1
@@ -834,7 +842,12 @@ class ClusterState:
                 while top > 0 and counts[top] == 0:
                     top -= 1
                 chip.top0 = top
-            chip.buckets = [dict.fromkeys(m) for m in chip.members]
+            if chip.dirty:
+                buckets = chip.buckets
+                members = chip.members
+                for key in chip.dirty:
+                    buckets[key] = dict.fromkeys(members[key])
+                chip.dirty = set()
             chip.group_count = list(chip.counts0)
             chip.max_group_free = chip.top0
             chip.free_units = chip.free0

@@ -563,6 +563,7 @@ class Tick:
                 bucket = chip_state.buckets[pool.key]
                 del bucket[pool]
                 bucket[pool] = None
+                chip_state.dirty.add(pool.key)
             return None
         for pool, mask in hold.free_now:
             state.release_whole(pool, mask)
