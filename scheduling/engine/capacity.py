@@ -34,7 +34,7 @@ from bisect import insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, RunningDelta, Slot, Snapshot, VnpuTemplate
 
@@ -387,6 +387,10 @@ class Layout:
         self.touched: list[Pool] = []
         self.delta_version: int | None = None
         self.evicted_last: set[int] = set()
+        #: Request shapes resolved against this inventory and the vNPU templates they were
+        #: resolved with (``placement.Need``: they depend on nothing else).
+        self.needs: dict[tuple, Any] = {}
+        self.needs_templates: dict[tuple[str, str], VnpuTemplate] = {}
         self._build(nodes)
         self.reset()
 
@@ -527,6 +531,11 @@ class ClusterState:
         #: device id -> (pool, index)
         self.where: dict[int, tuple[Pool, int]] = layout.where
         self.largest_node = layout.largest_node
+        #: Shapes resolved against this inventory, kept with the layout while the templates stay.
+        if layout.needs_templates != self.templates:
+            layout.needs = {}
+            layout.needs_templates = dict(self.templates)
+        self.needs = layout.needs
         self._card_jobs: dict[int, list[int]] | None = None
         self.occupants: dict[int, Occupant] = {}
         #: Some running or started job holds a vNPU slice (fractional units: no incremental sums).
@@ -676,7 +685,13 @@ class ClusterState:
                 else:
                     jobs.append(jid)
 
-    def occupy(self, running: Iterable[JobState], evicted: set[int], reuse: bool = False) -> None:
+    def occupy(
+        self,
+        running: Iterable[JobState],
+        evicted: set[int],
+        reuse: bool = False,
+        leaving: list[JobState] | None = None,
+    ) -> None:
         """Mark the running jobs' devices taken (jobs in ``evicted`` are gone). Once, on a fresh state.
 
         ``reuse``: the caller keeps its job objects from tick to tick (it passes an
@@ -684,6 +699,8 @@ class ClusterState:
         and only the jobs that came and went since are applied (:meth:`_occupy_changes`).
         With a ``Snapshot.running_delta`` as well, even the free state and the running
         set are carried over (:meth:`_occupy_delta`): the tick costs what changed.
+        ``leaving``: the running jobs with a ``preempt_deadline``, in order, if the caller
+        has them (found by a scan if not).
         """
         layout = self._layout
         layout.gen += 1
@@ -695,8 +712,10 @@ class ClusterState:
         delta = self._delta if reuse else None
         image = layout.image and not layout.sliced and delta is not None and delta.since == layout.delta_version
         layout.delta_version = delta.version if delta is not None else None
+        if leaving is None:
+            leaving = [job for job in running if job.preempt_deadline is not None]
         if image and held is not None and self._occupy_delta(running, evicted, held, delta):  # type: ignore[arg-type]
-            self._find_leaving(running)
+            self._find_leaving(leaving)
             return
         layout.reset()
         self.occupants = {}
@@ -714,18 +733,18 @@ class ClusterState:
         layout.evicted_last = set(evicted)
         if delta is not None and layout.held is not None:
             self._keep_image()
-        self._find_leaving(running)
+        self._find_leaving(leaving)
 
-    def _find_leaving(self, running: list[JobState]) -> None:
-        """:attr:`leaving`, in the running list's order (what breaks ties between leaving jobs)."""
+    def _find_leaving(self, jobs: list[JobState]) -> None:
+        """:attr:`leaving` from the running jobs with a deadline, in the running list's order
+        (what breaks ties between leaving jobs)."""
         occupants = self.occupants
         leaving = self.leaving = []
-        for job in running:
-            if job.preempt_deadline is not None:
-                occ = occupants.get(job.id)
-                if occ is not None and occ.job is job:
-                    occ.leaving = job.preempt_deadline
-                    leaving.append(occ)
+        for job in jobs:
+            occ = occupants.get(job.id)
+            if occ is not None and occ.job is job:
+                occ.leaving = job.preempt_deadline
+                leaving.append(occ)
 
     def _keep_image(self) -> None:
         """Record the free state as the tick begins, for the next tick's :meth:`_occupy_delta`."""

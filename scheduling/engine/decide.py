@@ -145,9 +145,10 @@ class Tick:
         self.now = now = snapshot.now.timestamp()
         self.out = out = Decisions()
         running = snapshot.running
-        out.evictions = [job.id for job in running if job.preempt_deadline is not None and job.preempt_deadline <= now]
+        leaving = [job for job in running if job.preempt_deadline is not None]
+        out.evictions = [job.id for job in leaving if job.preempt_deadline <= now]  # type: ignore[operator]
         self.state = state = ClusterState(snapshot, policy.placement_strategy, now)
-        state.occupy(running, set(out.evictions), reuse=snapshot.inventory_key is not None)
+        state.occupy(running, set(out.evictions), reuse=snapshot.inventory_key is not None, leaving=leaving)
         self.ledgers: dict[str, TeamLedger] = {}
         #: ``now`` on the policy's wall clock (weekday, minute): what quotas in force depend on.
         self._clock: tuple[int, int] | None = None
@@ -158,7 +159,7 @@ class Tick:
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
-        self.need_cache: dict[tuple, Need] = {}
+        self.need_cache: dict[tuple, Need] = state.needs
         #: Backfill holds (backfill on) per chip model, and their shadow times in order.
         self.holds: dict[str, Hold] = {}
         self._shadows: list[float] = []

@@ -18,8 +18,9 @@ user would have to change):
 Guarantees are not an admission limit: a team may borrow idle capacity up to
 its ``max``; :mod:`preemption` takes it back when the owner asks.
 
-The quota in force comes from :func:`quota_in_force`, the one call site of the
-policy's time-of-day ``quota_at``, evaluated once per team per tick.
+The quota in force is the policy's time-of-day quota at the tick's ``now``
+(:func:`quota_in_force`; the tick reads the policy's wall clock once and asks
+``policy.quota_for_team`` once per team).
 """
 
 from __future__ import annotations
@@ -48,6 +49,22 @@ def resource_key(chip: str) -> str:
 def quota_in_force(policy: Policy, team: str, at: datetime) -> tuple[Quota, str | None]:
     """The team's quota at ``at`` and the schedule that produced it (``None``: base quota)."""
     return quota_at(policy, team, at)
+
+
+#: ``id(quota) -> (quota, {chip: max})``: a tick makes a ledger per team, the quotas stay.
+_BY_CHIP: dict[int, tuple[Quota, dict[str, float]]] = {}
+
+
+def _max_by_chip(quota: Quota) -> dict[str, float]:
+    """``max`` per chip model of ``quota`` (shared, read-only)."""
+    hit = _BY_CHIP.get(id(quota))
+    if hit is not None and hit[0] is quota:
+        return hit[1]
+    by_chip = {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
+    if len(_BY_CHIP) > 4096:
+        _BY_CHIP.clear()
+    _BY_CHIP[id(quota)] = (quota, by_chip)
+    return by_chip
 
 
 class TeamLedger:
@@ -83,7 +100,7 @@ class TeamLedger:
         self.budget = quota.device_hours_per_month
         self.max_jobs = quota.max_concurrent_jobs
         self.max_total = quota.max.get(DEVICES)
-        self.max_by_chip = {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
+        self.max_by_chip = _max_by_chip(quota)
         self.guaranteed = quota.guaranteed
         #: The tick's memo of :func:`admit_devices` per request shape; cleared when the team's usage changes.
         self.adm: dict[object, tuple[str | None, str, tuple[str, ...]]] = {}

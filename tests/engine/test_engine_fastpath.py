@@ -338,6 +338,23 @@ def test_running_delta_decides_like_a_fresh_build(seed: int, monkeypatch: pytest
     assert restarts, "no victim restarted between two ticks"
 
 
+def test_request_shapes_follow_template_changes() -> None:
+    """Shapes are kept with the layout, but a changed vNPU template list resolves them again."""
+    snap = make_synthetic_snapshot(120, 12, 8, 0.5, 3, 4)
+    snap.inventory_key = object()
+    assert any(j.vnpu_template for j in snap.pending)
+    decide(snap)  # shapes resolved with every template
+    for key in list(snap.templates):
+        if key[0] == "910B4":
+            del snap.templates[key]  # the 910B4 slices are gone: their jobs cannot run there now
+    kept = list(Layout._idle)
+    want = fresh(snap)
+    Layout._idle[:] = kept
+    got = canon(decide(snap))
+    assert got == want
+    assert any(reason == "ChipModelUnavailable" or "template" in detail for reason, detail, _ in got[3].values())
+
+
 def test_inventory_key_stands_for_the_fingerprint() -> None:
     """With a key, equal keys share a layout without reading the devices; ``None`` never matches a key."""
     snap = make_synthetic_snapshot(10, 4, 8, 0.5, 2, 3)
