@@ -265,6 +265,8 @@ class Tick:
         """
         pending = self.snapshot.pending
         groups = self._groups()
+        if len(pending) < 2:  # nothing to order (half the simulator's ticks): no fair share, no scores
+            return list(range(len(pending))), groups
         ordering = self.policy.ordering
         w_class = ordering.weight_priority_class
         w_fs = ordering.weight_fair_share
