@@ -387,6 +387,8 @@ class Layout:
         self.touched: list[Pool] = []
         self.delta_version: int | None = None
         self.evicted_last: set[int] = set()
+        #: What the last tick left in its occupants' tick fields (see ``ClusterState.marked``).
+        self.stale: tuple[list[Occupant], list[Occupant], list[list[Occupant]]] = ([], [], [])
         #: Request shapes resolved against this inventory and the vNPU templates they were
         #: resolved with (``placement.Need``: they depend on nothing else).
         self.needs: dict[tuple, Any] = {}
@@ -559,6 +561,10 @@ class ClusterState:
         self._touched: list[Pool] = []
         #: The running jobs already leaving (``preempt_deadline`` set), in the running list's order.
         self.leaving: list[Occupant] = []
+        #: Occupants this tick made leave (victims) and lists of occupants whose expected end it
+        #: worked out: the only ones whose tick fields a carried-over running set must clear.
+        self.marked: list[Occupant] = []
+        self.timed: list[list[Occupant]] = []
 
     def release(self) -> None:
         """The tick is over: hand the layout back for the next tick (this state is dead after)."""
@@ -569,6 +575,7 @@ class ClusterState:
                 if occ_map.get(occ.job.id) is occ:
                     del occ_map[occ.job.id]
             layout.touched = self._touched
+            layout.stale = (self.leaving, self.marked, self.timed)
             cj = self._card_jobs
             if cj is not None and self._base is not None and not self.has_slices:
                 for occ in self._started:  # back to the jobs running when the tick began
@@ -825,9 +832,14 @@ class ClusterState:
             del occ_map[jid]
         for occ in added:
             occ_map[occ.job.id] = occ
-        for occ in occ_map.values():
-            occ.expected_end = None
+        leaving, marked, timed = layout.stale  # the tick fields the last tick set, cleared
+        for occ in leaving:
             occ.leaving = None
+        for occ in marked:
+            occ.leaving = None
+        for occs in timed:
+            for occ in occs:
+                occ.expected_end = None
         self.occupants = occ_map
         for pool in layout.touched:  # back to the free state the last tick began with
             pool.free = pool.usable & ~held[pool.idx]

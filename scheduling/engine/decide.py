@@ -698,6 +698,7 @@ class Tick:
                         occs.append(occ)
             for name, occs in by_chip.items():
                 ends = ends_of(occs, now)
+                self.state.timed.append(occs)
                 bases[name] = [occs[i] for i in sorted(range(len(occs)), key=ends.__getitem__)]
         base = bases.get(chip, [])
         changed = [occ for occ in self._changed if occ.chip == chip and occ.cards]

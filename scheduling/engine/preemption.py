@@ -167,6 +167,7 @@ class Preemptor:
         deadline = self.now + self.grace
         for occ, _ in plan.victims:
             occ.leaving = deadline
+            self.state.marked.append(occ)
             self.gone.add(occ.job.id)
             team = occ.job.team
             self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
