@@ -29,6 +29,7 @@ card.ai_cores`` of a card (quota, reservations and fair share all count so).
 
 from __future__ import annotations
 
+import math
 import threading
 from bisect import insort
 from collections.abc import Iterable, Mapping
@@ -315,6 +316,10 @@ class Occupant:
     expected_end: float | None
     #: Grace deadline when the job is already leaving.
     leaving: float | None = None
+    #: The ``now`` and the job's ``preempt_deadline`` ``expected_end`` was worked out with: it
+    #: still holds at a later ``now`` it lies after, for the same deadline (see :func:`end_of`).
+    end_now: float = -math.inf
+    end_deadline: float | None = None
 
 
 _IDX = attrgetter("idx")
@@ -388,7 +393,7 @@ class Layout:
         self.delta_version: int | None = None
         self.evicted_last: set[int] = set()
         #: What the last tick left in its occupants' tick fields (see ``ClusterState.marked``).
-        self.stale: tuple[list[Occupant], list[Occupant], list[list[Occupant]]] = ([], [], [])
+        self.stale: tuple[list[Occupant], list[Occupant]] = ([], [])
         #: Request shapes resolved against this inventory and the vNPU templates they were
         #: resolved with (``placement.Need``: they depend on nothing else).
         self.needs: dict[tuple, Any] = {}
@@ -561,10 +566,9 @@ class ClusterState:
         self._touched: list[Pool] = []
         #: The running jobs already leaving (``preempt_deadline`` set), in the running list's order.
         self.leaving: list[Occupant] = []
-        #: Occupants this tick made leave (victims) and lists of occupants whose expected end it
-        #: worked out: the only ones whose tick fields a carried-over running set must clear.
+        #: Occupants this tick made leave (victims): with :attr:`leaving`, the only ones whose
+        #: tick field a carried-over running set must clear.
         self.marked: list[Occupant] = []
-        self.timed: list[list[Occupant]] = []
 
     def release(self) -> None:
         """The tick is over: hand the layout back for the next tick (this state is dead after)."""
@@ -575,7 +579,7 @@ class ClusterState:
                 if occ_map.get(occ.job.id) is occ:
                     del occ_map[occ.job.id]
             layout.touched = self._touched
-            layout.stale = (self.leaving, self.marked, self.timed)
+            layout.stale = (self.leaving, self.marked)
             cj = self._card_jobs
             if cj is not None and self._base is not None and not self.has_slices:
                 for occ in self._started:  # back to the jobs running when the tick began
@@ -832,15 +836,12 @@ class ClusterState:
             del occ_map[jid]
         for occ in added:
             occ_map[occ.job.id] = occ
-        leaving, marked, timed = layout.stale  # the tick fields the last tick set, cleared
+        leaving, marked = layout.stale  # the tick fields the last tick set, cleared
         for occ in leaving:
             occ.leaving = None
         for occ in marked:
             occ.leaving = None
-        for occs in timed:
-            for occ in occs:
-                occ.expected_end = None
-        self.occupants = occ_map
+        self.occupants = occ_map  # (expected ends carry over while they hold: see end_of)
         for pool in layout.touched:  # back to the free state the last tick began with
             pool.free = pool.usable & ~held[pool.idx]
             pool.key = pool.key0
@@ -1179,10 +1180,20 @@ def expected_end(job: JobState, now: float) -> float:
 
 
 def end_of(occ: Occupant, now: float) -> float:
-    """When ``occ``'s cards come free: its expected end, or its grace deadline if earlier."""
+    """When ``occ``'s cards come free: its expected end, or its grace deadline if earlier.
+
+    ``expected_end`` is kept with the time it was worked out at: it depends on ``now``
+    only where ``now`` clamps it (an overrun estimate, a deadline already passed), so a
+    value that lies after a later ``now``, worked out for the same deadline, is still
+    right then (a running set carried from tick to tick reuses it).
+    """
     end = occ.expected_end
-    if end is None:
+    if end is None or (
+        now != occ.end_now and not (now > occ.end_now and end > now and occ.job.preempt_deadline == occ.end_deadline)
+    ):
         end = occ.expected_end = expected_end(occ.job, now)
+        occ.end_now = now
+        occ.end_deadline = occ.job.preempt_deadline
     leaving = occ.leaving
     return end if leaving is None else min(end, leaving)
 
@@ -1194,7 +1205,10 @@ def ends_of(occs: list[Occupant], now: float) -> list[float]:
     append = out.append
     for occ in occs:
         end = occ.expected_end
-        if end is None:
+        if end is None or (
+            now != occ.end_now
+            and not (now > occ.end_now and end > now and occ.job.preempt_deadline == occ.end_deadline)
+        ):
             job = occ.job
             start = job.started_at if job.started_at is not None else now
             est = job.estimated_duration_s
@@ -1208,6 +1222,8 @@ def ends_of(occs: list[Occupant], now: float) -> list[float]:
             if deadline is not None:
                 end = min(end, max(deadline, now))
             occ.expected_end = end
+            occ.end_now = now
+            occ.end_deadline = deadline
         leaving = occ.leaving
         append(end if leaving is None or end <= leaving else leaving)
     return out

@@ -607,7 +607,7 @@ class Tick:
         else:
             cards = [(pool, i, tmpl) for pool, i in placement.cards]
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
-        occ = Occupant(job, chip, units, cards, units, self.now + duration)
+        occ = Occupant(job, chip, units, cards, units, self.now + duration, None, self.now, job.preempt_deadline)
         state.add_occupant(occ)
         self._changed.append(occ)
         if self._preemptor is not None:
@@ -698,7 +698,6 @@ class Tick:
                         occs.append(occ)
             for name, occs in by_chip.items():
                 ends = ends_of(occs, now)
-                self.state.timed.append(occs)
                 bases[name] = [occs[i] for i in sorted(range(len(occs)), key=ends.__getitem__)]
         base = bases.get(chip, [])
         changed = [occ for occ in self._changed if occ.chip == chip and occ.cards]
