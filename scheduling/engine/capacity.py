@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -320,6 +320,10 @@ class Occupant:
     #: still holds at a later ``now`` it lies after, for the same deadline (see :func:`end_of`).
     end_now: float = -math.inf
     end_deadline: float | None = None
+    #: Position in the running list (``Layout.by_end`` breaks ties of equal ends with it),
+    #: and the end it is sorted under there.
+    seq: int = 0
+    sort_end: float = 0.0
 
 
 _IDX = attrgetter("idx")
@@ -392,6 +396,12 @@ class Layout:
         self.touched: list[Pool] = []
         self.delta_version: int | None = None
         self.evicted_last: set[int] = set()
+        #: For a caller whose running list keeps its order (``RunningDelta.in_order``): per chip
+        #: model, the running jobs with cards sorted by (expected end, running position), as
+        #: ``(keys, occupants)``, carried from tick to tick (``None``: built when next needed);
+        #: and the next running position to hand out.
+        self.by_end: dict[str, tuple[list[tuple[float, int]], list[Occupant]]] | None = None
+        self.seq = 0
         #: What the last tick left in its occupants' tick fields (see ``ClusterState.marked``).
         self.stale: tuple[list[Occupant], list[Occupant]] = ([], [])
         #: Request shapes resolved against this inventory and the vNPU templates they were
@@ -562,6 +572,8 @@ class ClusterState:
         #: Jobs started in this tick (taken out of ``card_jobs`` again before it is kept).
         self._started: list[Occupant] = []
         self._delta = snapshot.running_delta
+        #: The caller's running list keeps its order (see ``RunningDelta.in_order``).
+        self.in_order = False
         #: Pools whose free cards this tick changed (the next tick puts them back first).
         self._touched: list[Pool] = []
         #: The running jobs already leaving (``preempt_deadline`` set), in the running list's order.
@@ -721,13 +733,20 @@ class ClusterState:
         layout.held = None
         running = running if isinstance(running, list) else list(running)
         delta = self._delta if reuse else None
+        in_order = self.in_order = delta is not None and delta.in_order
+        stale = layout.stale
+        if not in_order:
+            layout.by_end = None
         image = layout.image and not layout.sliced and delta is not None and delta.since == layout.delta_version
         layout.delta_version = delta.version if delta is not None else None
         if leaving is None:
             leaving = [job for job in running if job.preempt_deadline is not None]
         if image and held is not None and self._occupy_delta(running, evicted, held, delta):  # type: ignore[arg-type]
             self._find_leaving(leaving)
+            if layout.by_end is not None:
+                self._update_by_end(*self._occ_diff[1:], stale)  # type: ignore[index]
             return
+        layout.by_end = None
         layout.reset()
         self.occupants = {}
         if reuse and held is not None:
@@ -741,6 +760,12 @@ class ClusterState:
         else:
             self._occupy_all(running, evicted, reuse)
         layout.occ_map = self.occupants if reuse else {}
+        if in_order:  # running positions, in the running list's order (so is the dict)
+            seq = layout.seq
+            for occ in self.occupants.values():
+                occ.seq = seq
+                seq += 1
+            layout.seq = seq
         layout.evicted_last = set(evicted)
         if delta is not None and layout.held is not None:
             self._keep_image()
@@ -756,6 +781,98 @@ class ClusterState:
             if occ is not None and occ.job is job:
                 occ.leaving = job.preempt_deadline
                 leaving.append(occ)
+
+    def by_end(self, running: list[JobState]) -> dict[str, list[Occupant]]:
+        """Running jobs with cards (started before this tick) per chip model, by expected end.
+
+        Ties keep the running list's order (what the shadow replay reads first). For a
+        caller whose list keeps its order, the lists are kept on the layout and patched
+        from tick to tick (:meth:`_update_by_end`); otherwise sorted here. Read only.
+        """
+        layout = self._layout
+        kept = layout.by_end
+        if kept is not None:
+            return {name: occs for name, (_, occs) in kept.items()}
+        now = self.now
+        by_chip: dict[str, list[Occupant]] = {}
+        occupants = self.occupants
+        if self.in_order:  # the running set is kept in the list's order
+            for occ in occupants.values():
+                if occ.cards and occ.job.started_at is not None:
+                    occs = by_chip.get(occ.chip)
+                    if occs is None:
+                        by_chip[occ.chip] = [occ]
+                    else:
+                        occs.append(occ)
+        else:
+            for job in running:
+                occ = occupants.get(job.id)
+                if occ is not None and occ.job is job and occ.cards and job.started_at is not None:
+                    occs = by_chip.get(occ.chip)
+                    if occs is None:
+                        by_chip[occ.chip] = [occ]
+                    else:
+                        occs.append(occ)
+        out: dict[str, list[Occupant]] = {}
+        keep: dict[str, tuple[list[tuple[float, int]], list[Occupant]]] = {}
+        for name, occs in by_chip.items():
+            ends = ends_of(occs, now)
+            order = sorted(range(len(occs)), key=ends.__getitem__)
+            out[name] = ordered = [occs[i] for i in order]
+            if self.in_order:
+                keys = []
+                for i in order:
+                    occ = occs[i]
+                    occ.sort_end = ends[i]
+                    keys.append((ends[i], occ.seq))
+                keep[name] = (keys, ordered)
+        if self.in_order:
+            layout.by_end = keep
+        return out
+
+    def _update_by_end(self, gone: list[Occupant], added: list[Occupant], stale: tuple[list[Occupant], ...]) -> None:
+        """Patch ``Layout.by_end`` with the jobs that left, came, or changed deadline since the last tick.
+
+        A kept end still holds while it lies after ``now`` (see :func:`end_of`): when the
+        earliest does not, the lists are dropped and sorted afresh when next needed.
+        """
+        layout = self._layout
+        kept = layout.by_end
+        assert kept is not None
+        now = self.now
+        moved = {id(occ): occ for group in stale for occ in group}  # deadlines may have changed
+        for occ in self.leaving:
+            moved[id(occ)] = occ
+        for occ in gone:
+            moved[id(occ)] = occ
+        for occ in moved.values():  # take them out where they were sorted
+            entry = kept.get(occ.chip)
+            if entry is None or not occ.cards:
+                continue
+            keys, occs = entry
+            i = bisect_left(keys, (occ.sort_end, occ.seq))
+            if i < len(occs) and occs[i] is occ:
+                del keys[i]
+                del occs[i]
+        occupants = self.occupants
+        back = [occ for occ in moved.values() if occupants.get(occ.job.id) is occ]
+        for occ in [*back, *added]:
+            if not occ.cards or occ.job.started_at is None:
+                continue
+            entry = kept.get(occ.chip)
+            if entry is None:
+                entry = kept[occ.chip] = ([], [])
+            keys, occs = entry
+            end = end_of(occ, now)
+            occ.sort_end = end
+            key = (end, occ.seq)
+            i = bisect_left(keys, key)
+            keys.insert(i, key)
+            occs.insert(i, occ)
+        for keys, _ in kept.values():
+            if keys and keys[0][0] <= now:
+                layout.by_end = None
+                return
 
     def _keep_image(self) -> None:
         """Record the free state as the tick begins, for the next tick's :meth:`_occupy_delta`."""
@@ -806,6 +923,7 @@ class ClusterState:
                 changed.add(pool)
         slot_info = layout.slot_info
         added: list[Occupant] = []
+        seq = layout.seq
         for job in delta.started:
             if job.id in evicted:
                 continue
@@ -830,7 +948,11 @@ class ClusterState:
                 cards.append(card)
             if not cards:
                 return False
-            added.append(Occupant(job, chip_name, float(len(cards)), cards, usable_units, None, job.preempt_deadline))
+            occ = Occupant(job, chip_name, float(len(cards)), cards, usable_units, None, job.preempt_deadline)
+            occ.seq = seq
+            seq += 1
+            added.append(occ)
+        layout.seq = seq
         # The promise holds: apply it.
         for jid in gone:
             del occ_map[jid]
@@ -1188,8 +1310,10 @@ def end_of(occ: Occupant, now: float) -> float:
     right then (a running set carried from tick to tick reuses it).
     """
     end = occ.expected_end
-    if end is None or (
-        now != occ.end_now and not (now > occ.end_now and end > now and occ.job.preempt_deadline == occ.end_deadline)
+    if (
+        end is None
+        or occ.job.preempt_deadline != occ.end_deadline
+        or (now != occ.end_now and not (now > occ.end_now and end > now))
     ):
         end = occ.expected_end = expected_end(occ.job, now)
         occ.end_now = now
@@ -1205,9 +1329,10 @@ def ends_of(occs: list[Occupant], now: float) -> list[float]:
     append = out.append
     for occ in occs:
         end = occ.expected_end
-        if end is None or (
-            now != occ.end_now
-            and not (now > occ.end_now and end > now and occ.job.preempt_deadline == occ.end_deadline)
+        if (
+            end is None
+            or occ.job.preempt_deadline != occ.end_deadline
+            or (now != occ.end_now and not (now > occ.end_now and end > now))
         ):
             job = occ.job
             start = job.started_at if job.started_at is not None else now

@@ -60,7 +60,7 @@ from operator import attrgetter
 
 from scheduling.engine import reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
-from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of, ends_of
+from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import user_factors
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
@@ -685,20 +685,7 @@ class Tick:
         release = partial(_release, self.now)
         bases = self._base_releases
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
-            now = self.now
-            by_chip: dict[str, list[Occupant]] = {}
-            occupants = self.state.occupants
-            for job in self.snapshot.running:  # the running list's order breaks ties between equal ends
-                occ = occupants.get(job.id)
-                if occ is not None and occ.job is job and occ.cards and job.started_at is not None:
-                    occs = by_chip.get(occ.chip)
-                    if occs is None:
-                        by_chip[occ.chip] = [occ]
-                    else:
-                        occs.append(occ)
-            for name, occs in by_chip.items():
-                ends = ends_of(occs, now)
-                bases[name] = [occs[i] for i in sorted(range(len(occs)), key=ends.__getitem__)]
+            bases.update(self.state.by_end(self.snapshot.running))
         base = bases.get(chip, [])
         changed = [occ for occ in self._changed if occ.chip == chip and occ.cards]
         if not changed and not claimed:

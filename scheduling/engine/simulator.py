@@ -233,6 +233,33 @@ class JobList:
             self.pos[last.id] = i
 
 
+class OrderedJobs:
+    """Running jobs in start order, O(1) add and remove, handed to a snapshot as a new list.
+
+    The order is kept (no swap-remove), which the snapshot's ``RunningDelta.in_order``
+    promises: the core then keeps the running jobs sorted by expected end from tick
+    to tick instead of sorting them at every shadow time.
+    """
+
+    __slots__ = ("jobs",)
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, JobState] = {}
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def items(self) -> list[JobState]:
+        return list(self.jobs.values())
+
+    def add(self, job: JobState) -> None:
+        self.jobs[job.id] = job
+
+    def remove(self, job: JobState) -> None:
+        del self.jobs[job.id]
+
+
 # --- cluster occupancy ------------------------------------------------------------------------
 
 
@@ -637,7 +664,7 @@ class Simulation:
         #: ``self.pending`` (set above): pending jobs in queue order (submission, requeues at the end).
         #: The same jobs as the lists handed to every snapshot, kept in place (no copy per event).
         self.pending_list = JobList()
-        self.running_list = JobList()
+        self.running_list = OrderedJobs()
         #: What changed in ``running_list`` since the last snapshot (see ``RunningDelta``): runs
         #: the core saw end, runs it has not seen yet; the last snapshot's delta version.
         self.delta_ended: dict[int, JobState] = {}
@@ -816,6 +843,7 @@ class Simulation:
             self.delta_version + 1,
             tuple(self.delta_ended.values()),
             tuple(self.delta_started.values()),
+            in_order=True,
         )
         self.delta_version += 1
         self.delta_ended.clear()

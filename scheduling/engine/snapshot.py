@@ -103,6 +103,10 @@ class RunningDelta:
     version: int
     ended: tuple[JobState, ...] = ()
     started: tuple[JobState, ...] = ()
+    #: Also promised: the jobs still running keep their order in ``running`` and ``started``
+    #: come after them, in this order (no swap-remove). Lets the core keep the running jobs
+    #: sorted by expected end from tick to tick (ties go by that order).
+    in_order: bool = False
 
 
 @dataclass(slots=True)

@@ -192,7 +192,7 @@ def test_reused_running_jobs_decide_like_fresh_ones(seed: int, whole: bool) -> N
             job.slots = tuple(reversed(job.slots))  # a new tuple: seen as a new run
 
 
-def _free_state(state: object) -> tuple:
+def _free_state(state: object, running: list[JobState]) -> tuple:
     """A tick's free state right after ``occupy``: pools, buckets in order, chip counters, occupants."""
     chips = state.chips  # type: ignore[attr-defined]
     return (
@@ -222,11 +222,30 @@ def _free_state(state: object) -> tuple:
     )
 
 
-class _Running:
-    """A caller's running list with O(1) swap-remove (as the simulator's) and honest deltas."""
+def _kept_by_end_is_sorted(state: object, running: list[JobState]) -> None:
+    """A carried ``Layout.by_end`` is what sorting the running jobs afresh gives (checked without building one)."""
+    kept = state._layout.by_end  # type: ignore[attr-defined]
+    if kept is None:
+        return
+    by_chip: dict[str, list] = {}
+    for job in running:
+        occ = state.occupants.get(job.id)  # type: ignore[attr-defined]
+        if occ is not None and occ.job is job and occ.cards and job.started_at is not None:
+            by_chip.setdefault(occ.chip, []).append(occ)
+    want = {
+        name: [o.job.id for o in sorted(occs, key=lambda o: end_of(o, state.now))]  # type: ignore[attr-defined]
+        for name, occs in by_chip.items()
+    }
+    got = {name: [o.job.id for o in occs] for name, (_, occs) in kept.items() if occs}
+    assert got == want
 
-    def __init__(self, jobs: list[JobState]) -> None:
+
+class _Running:
+    """A caller's running list, with swap-remove or keeping its order, and honest deltas."""
+
+    def __init__(self, jobs: list[JobState], in_order: bool) -> None:
         self.items = list(jobs)
+        self.in_order = in_order
         self.ended: dict[int, JobState] = {}
         self.started: dict[int, JobState] = {}
         self.version = 0
@@ -236,31 +255,38 @@ class _Running:
         self.started[job.id] = job
 
     def remove(self, job: JobState) -> None:
-        i = self.items.index(job)
-        last = self.items.pop()
-        if last is not job:
-            self.items[i] = last
+        i = next(k for k, other in enumerate(self.items) if other is job)
+        if self.in_order:
+            del self.items[i]
+        else:
+            last = self.items.pop()
+            if last is not job:
+                self.items[i] = last
         if self.started.pop(job.id, None) is None:
             self.ended[job.id] = job
 
     def delta(self, skip: bool = False) -> RunningDelta:
         since = self.version + (1000 if skip else 0)  # a broken chain: the core must not trust it
-        out = RunningDelta(since, self.version + 1, tuple(self.ended.values()), tuple(self.started.values()))
+        out = RunningDelta(
+            since, self.version + 1, tuple(self.ended.values()), tuple(self.started.values()), self.in_order
+        )
         self.version += 1
         self.ended.clear()
         self.started.clear()
         return out
 
 
+@pytest.mark.parametrize("in_order", [False, True], ids=["swap-remove", "in-order"])
 @pytest.mark.parametrize("seed", range(10))
-def test_running_delta_decides_like_a_fresh_build(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_running_delta_decides_like_a_fresh_build(seed: int, in_order: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A caller that passes ``running_delta`` gets, tick after tick, what a fresh build decides.
 
     The driver applies the ticks' starts and preemptions as the simulator does, ends
     jobs and starts some again on their own cards before the next tick (in both lists),
     starts and ends a job between two ticks, lets grace deadlines pass (evictions,
     victims requeued), moves ``now`` and now and then breaks the chain of versions.
-    Most ticks must take the short way.
+    Most ticks must take the short way. A list that keeps its order also has its
+    running jobs kept sorted by expected end from tick to tick: compared too.
     """
     from datetime import timedelta
 
@@ -278,9 +304,10 @@ def test_running_delta_decides_like_a_fresh_build(seed: int, monkeypatch: pytest
     states: list[tuple] = []
     occupy = capacity.ClusterState.occupy
 
-    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        occupy(self, *args, **kwargs)
-        states.append(_free_state(self))
+    def recorded(self, running, *args, **kwargs):  # type: ignore[no-untyped-def]
+        occupy(self, running, *args, **kwargs)
+        states.append(_free_state(self, running))
+        _kept_by_end_is_sorted(self, running)
 
     monkeypatch.setattr(capacity.ClusterState, "_occupy_delta", counted)
     monkeypatch.setattr(capacity.ClusterState, "occupy", recorded)
@@ -290,7 +317,7 @@ def test_running_delta_decides_like_a_fresh_build(seed: int, monkeypatch: pytest
     snap.pending = [j for j in snap.pending if not j.vnpu_template]
     snap.inventory_key = object()
     jobs = {j.id: j for j in [*snap.pending, *snap.running]}
-    running = _Running(snap.running)
+    running = _Running(snap.running, in_order)
     ticks = 40
     restarts = 0
     for tick in range(ticks):
@@ -322,7 +349,10 @@ def test_running_delta_decides_like_a_fresh_build(seed: int, monkeypatch: pytest
         if running.items and rng.random() < 0.3:  # a deadline due at the next tick: an eviction then
             rng.choice(running.items).preempt_deadline = now
         elif running.items and rng.random() < 0.2:  # a preemption called off
-            rng.choice(running.items).preempt_deadline = None
+            leaving = [job for job in running.items if job.preempt_deadline is not None]
+            rng.choice(leaving or running.items).preempt_deadline = None
+        elif running.items and rng.random() < 0.2:  # a deadline set by someone else, later on
+            rng.choice(running.items).preempt_deadline = now + rng.choice((300.0, 5000.0))
         for _ in range(rng.randint(0, 4)):
             if running.items:
                 job = rng.choice(running.items)
