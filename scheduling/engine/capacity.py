@@ -1095,13 +1095,14 @@ class ClusterState:
         # frozen slots is a value, so the same object means the same cards;
         # the entry keeps the tuple alive so its id cannot be reused. Entries
         # not seen in this tick are dropped.
-        seen = layout.seen_slots
+        # (A caller that builds new objects every tick, the database, never hits: no index.)
+        seen = layout.seen_slots if reuse else {}
         kept: dict[int, list] = {}
         for job in running:
             if evicted and job.id in evicted:
                 continue
             slots = job.slots
-            hit = seen.get(id(slots))
+            hit = seen.get(id(slots)) if reuse else None
             if hit is not None and hit[0] is slots:
                 masks = hit[5]
                 if masks is None:  # second sighting: worth a mask per node
@@ -1158,7 +1159,7 @@ class ClusterState:
                 cards.append((pool, i, tmpl))
             # expected_end is worked out when a shadow time needs it (see :func:`end_of`)
             occ = Occupant(job, chip_name or "", units, cards, usable_units, None, job.preempt_deadline)
-            if whole and cards:
+            if whole and cards and reuse:
                 kept[id(slots)] = [slots, cards, units, usable_units, located, None, occ]
             occupants[job.id] = occ
         layout.seen_slots = kept
