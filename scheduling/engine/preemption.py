@@ -125,6 +125,11 @@ class Preemptor:
         #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
         self._failed: dict[tuple, int] = {}
+        #: Per (class, within, team, chip): the smallest whole-card request a search just failed
+        #: for, and the reservation room it had. Nothing changed since (same ``version``), a
+        #: request at least as large with no more room fails too: the candidates, their order and
+        #: the borrowing checks are the same, and more cards (or whole nodes) are harder to free.
+        self._failed_whole: dict[tuple, tuple[int, int, float]] = {}
         self.version = 0
         self._unlimited = True
         #: Victim searches run / refused this tick (see ``MAX_SEARCHES_PER_TICK``).
@@ -155,11 +160,21 @@ class Preemptor:
                 return None
             self.searches += 1
             room = headroom.get(chip_name, math.inf)
+            whole = need.template is None
+            if whole:
+                smaller = self._failed_whole.get(key[:4])
+                if smaller and smaller[0] == self.version and need.whole >= smaller[1] and room <= smaller[2]:
+                    self._failed[key] = self.version  # (counted as the search it stands for)
+                    continue
             self._unlimited = room == math.inf
             plan = self._plan_chip(job, need, chip_name, units, within, victim_classes, room)
             if plan is not None:
                 return plan
             self._failed[key] = self.version
+            if whole:
+                smaller = self._failed_whole.get(key[:4])
+                if smaller is None or smaller[0] != self.version or need.whole < smaller[1]:
+                    self._failed_whole[key[:4]] = (self.version, need.whole, room)
         return None
 
     def commit(self, plan: Plan) -> None:
