@@ -1098,6 +1098,9 @@ class ClusterState:
         # (A caller that builds new objects every tick, the database, never hits: no index.)
         seen = layout.seen_slots if reuse else {}
         kept: dict[int, list] = {}
+        # Such a caller has nothing to patch :attr:`card_jobs` from: it is built here, in the
+        # order the property would build it (running jobs, then their cards), at little cost.
+        cj: dict[int, list[int]] | None = None if reuse else {}
         for job in running:
             if evicted and job.id in evicted:
                 continue
@@ -1136,6 +1139,12 @@ class ClusterState:
                 pool, keep, usable, card = info
                 chip_name = located = pool.chip
                 pool.free &= keep
+                if cj is not None:
+                    on_card = cj.get(slot.device_id)
+                    if on_card is None:
+                        cj[slot.device_id] = [job.id]
+                    else:
+                        on_card.append(job.id)
                 tmpl = None
                 if slot.vnpu_template is not None:
                     whole = False
@@ -1163,6 +1172,8 @@ class ClusterState:
                 kept[id(slots)] = [slots, cards, units, usable_units, located, None, occ]
             occupants[job.id] = occ
         layout.seen_slots = kept
+        if cj is not None:
+            self._card_jobs = cj
         self.has_slices = bool(sliced)
         layout.sliced |= sliced
         if reuse and not sliced and len(kept) == len(occupants):

@@ -120,8 +120,7 @@ class Preemptor:
             self.leaving_on.setdefault(occ.chip, []).append(occ)
         #: Cards promised to a waiting job this tick.
         self.claimed: set[int] = set()
-        self._ranked: dict[str, list[Occupant]] = {}
-        self._filtered: dict[tuple[str, frozenset[str]], list[Occupant]] = {}
+        self._filtered: dict[tuple[str, frozenset[str] | None], list[Occupant]] = {}
         #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
         self._failed: dict[tuple, int] = {}
@@ -192,39 +191,35 @@ class Preemptor:
 
     # -- search --------------------------------------------------------------------
 
-    def _ranked_on(self, chip: str) -> list[Occupant]:
-        """Running jobs on ``chip``, cheapest victim first (lowest class, shortest run)."""
-        ranked = self._ranked.get(chip)
-        if ranked is None:
-            now = self.now
-            lowest = self.lowest
-            rank = self.rank
-            occs = [
-                occ
-                for occ in self.state.occupants.values()
-                if occ.chip == chip and occ.job.started_at is not None and occ.cards
-            ]
-            keys = [(-rank.get(o.job.priority_class, lowest), now - o.job.started_at, o.job.id) for o in occs]  # type: ignore[operator]
-            ranked = [occs[i] for i in sorted(range(len(occs)), key=keys.__getitem__)]
-            self._ranked[chip] = ranked
-        return ranked
+    def _ranked_on(self, chip: str, classes: frozenset[str] | None = None) -> list[Occupant]:
+        """Running jobs on ``chip`` (of ``classes``, if given), cheapest victim first (lowest class, shortest run)."""
+        now = self.now
+        lowest = self.lowest
+        rank = self.rank
+        occs = [
+            occ
+            for occ in self.state.occupants.values()
+            if occ.chip == chip
+            and occ.job.started_at is not None
+            and occ.cards
+            and (classes is None or occ.job.priority_class in classes)
+        ]
+        keys = [(-rank.get(o.job.priority_class, lowest), now - o.job.started_at, o.job.id) for o in occs]  # type: ignore[operator]
+        return [occs[i] for i in sorted(range(len(occs)), key=keys.__getitem__)]
 
     def _candidates(self, chip: str, within: bool, victim_classes: frozenset[str]) -> list[Occupant]:
-        """The ranked jobs on ``chip`` that :meth:`_eligible` could accept, in rank order.
+        """The running jobs on ``chip`` that :meth:`_eligible` could accept, cheapest first (cached per tick).
 
         A job outside its guarantee may only preempt the classes its own class
         preempts (reclaim needs ``within``), so every other running job would be
         refused one by one: fruitless searches, the common case at a full
-        cluster, walked all of them. Filtering keeps the order, so the victims
-        picked are the same.
+        cluster, walked all of them. The ranking is a total order (ids break
+        ties), so ranking only those gives them in the same order.
         """
-        ranked = self._ranked_on(chip)
-        if within:
-            return ranked
-        key = (chip, victim_classes)
+        key = (chip, None if within else victim_classes)
         hit = self._filtered.get(key)
         if hit is None:
-            hit = self._filtered[key] = [o for o in ranked if o.job.priority_class in victim_classes]
+            hit = self._filtered[key] = self._ranked_on(chip, None if within else victim_classes)
         return hit
 
     def _potential(self, pool: Pool, victim_classes: frozenset[str]) -> int:
