@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,30 @@ def test_fractional_devices_are_refused(tmp_path: Path) -> None:
     path.write_text("job_id,submit_time_s,duration_s,num_devices,tenant,user,status\nj1,0,10,1.5,a,a,ok\n")
     with pytest.raises(InputError, match=r"num_devices .1\.5. is not a whole number"):
         load_trace(path)
+
+
+def test_gzip_trace_reads_like_the_plain_one(tmp_path: Path) -> None:
+    packed = tmp_path / "itp.csv.gz"
+    packed.write_bytes(gzip.compress(ITP_300.read_bytes()))
+    assert load_trace(packed) == load_trace(ITP_300)
+
+
+def test_corrupt_gzip_trace_is_an_input_error(tmp_path: Path) -> None:
+    broken = tmp_path / "t.csv.gz"
+    broken.write_bytes(gzip.compress(ITP_300.read_bytes())[:200])  # cut short
+    with pytest.raises(InputError, match=r"t\.csv\.gz: cannot read trace"):
+        load_trace(broken)
+    not_gzip = tmp_path / "u.csv.gz"
+    not_gzip.write_text("job_id,submit_time_s\n")
+    with pytest.raises(InputError, match=r"u\.csv\.gz: cannot read trace"):
+        load_trace(not_gzip)
+
+
+def test_the_shipped_itp_trace_is_the_whole_trace() -> None:
+    rows = load_trace(EXAMPLES / "traces" / "ms_itp_elasticflow.csv.gz")
+    assert len(rows) == 69_351
+    assert {r.tenant for r in rows} == {f"cluster{i:02d}" for i in range(1, 11)}
+    assert round(sum(r.num_devices * r.duration_s for r in rows) / 3600, 1) == 1_632_719.7  # its notes' GPU-hours
 
 
 def test_rows_from_mappings_for_the_dry_run() -> None:
