@@ -24,9 +24,13 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.tick", expires=settings.TICK_INTERVAL_S * 3),
         name="scheduling tick",
     )
+    # A poll is idempotent and a late one still finds out what ended (one that overlaps a running
+    # poll returns at once): with short intervals three of them were too little slack on a busy
+    # machine, where every poll expired behind slow ones and finished jobs went unseen.
+    poll_expiry = max(settings.AGENT_POLL_INTERVAL_S * 3, 30.0)
     sender.add_periodic_task(
         settings.AGENT_POLL_INTERVAL_S,
-        sender.signature("devices.poll_agents", expires=settings.AGENT_POLL_INTERVAL_S * 3),
+        sender.signature("devices.poll_agents", expires=poll_expiry),
         name="agent poll",
     )
     # The walltime backstop is one query when nothing is overdue; it runs as often as the poll.

@@ -17,6 +17,17 @@ def test_beat_runs_the_poll_and_the_walltime_backstop() -> None:
     assert {"scheduling.tick", "devices.poll_agents", "scheduling.enforce_walltime"} <= scheduled
 
 
+def test_a_late_poll_still_runs() -> None:
+    """Polls expire no sooner than 30 s after they are sent, however short the interval (a late poll still helps)."""
+    from django.conf import settings
+
+    from npuportal.celery import app
+
+    app.finalize()
+    (poll,) = [e for e in app.conf.beat_schedule.values() if e["task"] == "devices.poll_agents"]
+    assert poll["options"]["expires"] == max(settings.AGENT_POLL_INTERVAL_S * 3, 30.0) >= 30.0
+
+
 @pytest.mark.django_db
 def test_poll_task_skips_while_another_poll_runs(demo) -> None:
     cache.delete(device_tasks.POLL_LOCK)
