@@ -892,9 +892,10 @@ class ClusterState:
         Builds what :meth:`_occupy_all` would: the same free masks, buckets in
         pool order, per-chip counts and free units (whole cards: integer sums), one
         occupant per running job with its tick fields cleared. The running set is
-        kept by job id, not in the running list's order: what depends on that order
-        (:attr:`leaving`, the shadow time's releases) walks the running list.
-        Everything is checked before anything is changed.
+        kept by job id, in the running list's order only when the caller promises
+        ``in_order``: what depends on that order (:attr:`leaving`, the shadow time's
+        releases) walks the running list otherwise. Everything is checked before
+        anything is changed.
         """
         layout = self._layout
         occ_map = layout.occ_map

@@ -8,12 +8,13 @@ together, then :func:`scheduling.engine.decide.decide` is called once with a
 :class:`Snapshot` built exactly as the database tick builds it, and its decisions
 are applied in the tick's order: evictions, starts, preemptions.
 
-The simulator's own bookkeeping is O(changes) per event: pending and running
-jobs live in lists with O(1) add/remove that are handed to every snapshot as
-they are (no copies), the node and device objects are built once and reused
-(nothing in a replay makes a device unhealthy), the free-capacity map, usage
-meters and quota ledger are touched only when a job starts or stops. The core
-stays the hot path.
+The simulator's own bookkeeping is O(changes) per event: pending jobs live in a
+list with O(1) add/remove that is handed to every snapshot as it is (no copy);
+running jobs in start order, handed over as a list with a ``RunningDelta`` (what
+ended and started since the last snapshot) so the core, too, works on what
+changed; the node and device objects are built once and reused (nothing in a
+replay makes a device unhealthy), the free-capacity map, usage meters and quota
+ledger are touched only when a job starts or stops. The core stays the hot path.
 
 Rules the replay adds around the core (all in ``docs/simulator.md``):
 

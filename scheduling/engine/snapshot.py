@@ -96,7 +96,8 @@ class RunningDelta:
     it the core's tick starts from the last tick's free state and touches only
     what changed; when it cannot use the promise (another ``since``, a vNPU
     slice, a card claimed twice) it counts the running jobs the long way, with
-    the same decisions.
+    the same decisions. Versions belong to one chain of snapshots: a caller that
+    runs several (two replays in one process) gives each its own ``inventory_key``.
     """
 
     since: int
