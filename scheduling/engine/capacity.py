@@ -922,7 +922,6 @@ class ClusterState:
             for pool, i, _ in occ.cards:
                 new_held[pool.idx] &= ~(1 << i)
                 changed.add(pool)
-        slot_info = layout.slot_info
         added: list[Occupant] = []
         seq = layout.seq
         for job in delta.started:
@@ -930,26 +929,9 @@ class ClusterState:
                 continue
             if job.id in occ_map and job.id not in gone:
                 return False
-            cards = []
-            usable_units = 0.0
-            chip_name = ""
-            for slot in job.slots:
-                info = slot_info.get(slot.device_id)
-                if info is None or slot.vnpu_template is not None:
-                    return False  # unknown card or a slice: the long way
-                pool, _, usable, card = info
-                bit = 1 << card[1]
-                if new_held[pool.idx] & bit:
-                    return False  # claimed twice
-                new_held[pool.idx] |= bit
-                changed.add(pool)
-                chip_name = pool.chip
-                if usable:
-                    usable_units += 1.0
-                cards.append(card)
-            if not cards:
+            occ = self._whole_card_occupant(job, new_held, changed)
+            if occ is None:
                 return False
-            occ = Occupant(job, chip_name, float(len(cards)), cards, usable_units, None, job.preempt_deadline)
             occ.seq = seq
             seq += 1
             added.append(occ)
@@ -1041,30 +1023,12 @@ class ClusterState:
             for pool, i, _ in hit[1]:
                 held[pool.idx] &= ~(1 << i)
         added = []
-        slot_info = layout.slot_info
         for key in new:
             job = cur[key]
-            slots = job.slots
-            cards = []
-            usable_units = 0.0
-            chip_name = ""
-            for slot in slots:
-                info = slot_info.get(slot.device_id)
-                if info is None or slot.vnpu_template is not None:
-                    return False  # unknown card or a slice: the long way
-                pool, _, usable, card = info
-                bit = 1 << card[1]
-                if held[pool.idx] & bit:
-                    return False  # claimed twice
-                held[pool.idx] |= bit
-                chip_name = pool.chip
-                if usable:
-                    usable_units += 1.0
-                cards.append(card)
-            if not cards:
+            occ = self._whole_card_occupant(job, held, None)
+            if occ is None:
                 return False
-            occ = Occupant(job, chip_name, float(len(slots)), cards, usable_units, None, job.preempt_deadline)
-            seen[key] = [slots, cards, occ.units, usable_units, chip_name, None, occ]
+            seen[key] = [job.slots, occ.cards, occ.units, occ.usable_units, occ.chip, None, occ]
             added.append(occ)
         occupants = self.occupants
         for key, job in cur.items():  # the running list's order (its keys are distinct)
@@ -1082,6 +1046,35 @@ class ClusterState:
         self.has_slices = False
         self._bucket_all(set())
         return True
+
+    def _whole_card_occupant(self, job: JobState, held: list[int], changed: set[Pool] | None) -> Occupant | None:
+        """A new running job's occupant, its cards marked in ``held`` (and their pools in ``changed``).
+
+        ``None`` where the short ways stop (an unknown card, a vNPU slice, a card
+        already held, no card at all): the caller then counts the long way.
+        """
+        slot_info = self._layout.slot_info
+        cards = []
+        usable_units = 0.0
+        chip_name = ""
+        for slot in job.slots:
+            info = slot_info.get(slot.device_id)
+            if info is None or slot.vnpu_template is not None:
+                return None
+            pool, _, usable, card = info
+            bit = 1 << card[1]
+            if held[pool.idx] & bit:
+                return None  # claimed twice
+            held[pool.idx] |= bit
+            if changed is not None:
+                changed.add(pool)
+            chip_name = pool.chip
+            if usable:
+                usable_units += 1.0
+            cards.append(card)
+        if not cards:
+            return None
+        return Occupant(job, chip_name, float(len(cards)), cards, usable_units, None, job.preempt_deadline)
 
     def _occupy_all(self, running: Iterable[JobState], evicted: set[int], reuse: bool) -> None:
         """:meth:`occupy` job by job."""
