@@ -691,12 +691,12 @@ class ClusterState:
                     add(pool.ids[i], []).append(jid)
         return cj
 
-    def add_occupant(self, occ: Occupant) -> None:
-        """Record a job started in this tick (after its cards were taken)."""
+    def add_occupant(self, occ: Occupant, sliced: bool | None = None) -> None:
+        """Record a job started in this tick (after its cards were taken); ``sliced``: it holds a slice, if known."""
         jid = occ.job.id
         self.occupants[jid] = occ
         self._started.append(occ)
-        if not self.has_slices and any(card[2] is not None for card in occ.cards):
+        if not self.has_slices and (any(card[2] is not None for card in occ.cards) if sliced is None else sliced):
             self.has_slices = True
         cj = self._card_jobs
         if cj is not None:

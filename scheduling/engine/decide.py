@@ -608,7 +608,7 @@ class Tick:
             cards = [(pool, i, tmpl) for pool, i in placement.cards]
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
         occ = Occupant(job, chip, units, cards, units, self.now + duration, None, self.now, job.preempt_deadline)
-        state.add_occupant(occ)
+        state.add_occupant(occ, tmpl is not None)
         self._changed.append(occ)
         if self._preemptor is not None:
             self._preemptor.version += 1
