@@ -284,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
 
         growth = tuple(int(x) for x in args.growth.split(",") if x.strip())
         core = bench_decide(args.pending, args.nodes, 8, args.busy, args.teams, args.seed, growth=growth)
-        out["core"] = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in core.items() if k != "growth"}
+        out["core"] = {
+            k: (round(v, 2) if isinstance(v, float) else v) for k, v in core.items() if k not in ("growth", "next_tick")
+        }
+        out["core"]["next_tick"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in core["next_tick"].items()}
         out["core"]["growth"] = [
             {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()} for row in core["growth"]
         ]

@@ -23,7 +23,6 @@ import copy
 import dataclasses
 import os
 import random
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from refloader import load_reference
 from test_engine_properties import guarantee_worlds, worlds
 
-from scheduling.engine.bench_core import make_synthetic_snapshot
+from scheduling.engine.bench_core import make_synthetic_snapshot, next_tick
 from scheduling.engine.decide import decide
 from scheduling.engine.policy import Ordering, Reservation
 from scheduling.engine.snapshot import Decisions, Snapshot
@@ -161,41 +160,15 @@ def test_synthetic_large(seed: int) -> None:
     assert_same(snap, f"large seed {seed}")
 
 
-def _after_first_tick(snap: Snapshot, seconds: float) -> Snapshot:
-    """The next tick's snapshot: the first tick's starts running, its victims leaving, ``seconds`` later.
-
-    The cluster is then full, which is where most victim searches find nothing.
-    """
-    out = decide(copy.deepcopy(snap))
-    now = snap.now.timestamp()
-    started = {s.job_id: s for s in out.starts}
-    leaving = {p.job_id: p.grace_deadline for p in out.preemptions}
-    evicted = set(out.evictions)
-    pending = []
-    for job in snap.pending:
-        start = started.get(job.id)
-        if start is None:
-            pending.append(job)
-            continue
-        job.started_at = now
-        job.slots = tuple(start.slots)
-        snap.running.append(job)
-    snap.running = [j for j in snap.running if j.id not in evicted]
-    for job in snap.running:
-        if job.id in leaving:
-            job.preempt_deadline = leaving[job.id]
-    snap.pending = pending
-    snap.now = snap.now + timedelta(seconds=seconds)
-    return snap
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_synthetic_second_tick(seed: int) -> None:
     rng = random.Random(2000 + seed)
     snap = make_synthetic_snapshot(rng.choice((150, 400, 900)), rng.choice((10, 30, 60)), 8, 0.7, 8, seed)
     if seed % 3:
         snap = _variant(snap, rng)
-    assert_same(_after_first_tick(snap, rng.choice((1.0, 30.0, 400.0))), f"second tick, seed {seed}")
+    # The next tick over the cluster the first one filled (its starts running, its victims leaving).
+    after = next_tick(snap, decide(copy.deepcopy(snap)), rng.choice((1.0, 30.0, 400.0)))
+    assert_same(after, f"second tick, seed {seed}")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

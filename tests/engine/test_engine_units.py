@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 
 from engine_factory import NOW, T0, Cluster, job, policy, quota, snapshot
 
 from scheduling.engine import reasons
-from scheduling.engine.bench_core import bench_decide, make_synthetic_snapshot
+from scheduling.engine.bench_core import bench_decide, make_synthetic_snapshot, next_tick
 from scheduling.engine.decide import decide
 from scheduling.engine.policy import Schedule, TeamPolicy
 from scheduling.engine.quota import quota_in_force
@@ -83,3 +84,23 @@ def test_decide_is_deterministic_on_the_synthetic_cluster() -> None:
 def test_bench_reports_figures() -> None:
     res = bench_decide(pending=200, nodes=20, ticks=2, growth=(100, 200))
     assert res["median_ms"] > 0 and [r["pending"] for r in res["growth"]] == [100, 200]
+    nxt = res["next_tick"]  # the tick after the first one: its starts are running now
+    assert nxt["pending"] == 200 - res["starts"] and nxt["running"] > res["running"] and nxt["median_ms"] > 0
+
+
+def test_next_tick_runs_what_the_tick_started() -> None:
+    snap = make_synthetic_snapshot(pending=300, nodes=20, busy=0.5)
+    out = decide(copy.deepcopy(snap))
+    assert out.starts
+    later = next_tick(snap, out, seconds=60.0)
+    started = {s.job_id: s for s in out.starts}
+    running = {j.id: j for j in later.running}
+    assert not started.keys() & {j.id for j in later.pending}
+    for jid, start in started.items():
+        job = running[jid]
+        assert job.slots == tuple(start.slots) and job.started_at == snap.now.timestamp()
+    assert later.now.timestamp() == snap.now.timestamp() + 60.0
+    assert all(j.started_at is None for j in snap.pending)  # the snapshot it came from is untouched
+    # What the next tick holds is what the first one decided: nothing it started can start again.
+    again = decide(later)
+    assert not {s.job_id for s in again.starts} & started.keys()
