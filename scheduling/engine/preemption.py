@@ -313,9 +313,7 @@ class Preemptor:
                 if found is not None and headroom + self._freed(found[1], ()) >= units:
                     return self._plan(chip_name, [], found)
         slices = tmpl is not None
-        # Outside its guarantee the job can only free cards whose every job is a
-        # candidate: a pool where that cannot make room is passed over at once.
-        bound = not (slices or within)
+        bound = not (slices or within)  # (see below)
         for occ in self._candidates(chip_name, within, victim_classes):
             if occ.job.id in self.gone:
                 continue
