@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Generator
+import uuid
+from collections.abc import Callable, Generator, Iterator
 
 import pytest
 from django.conf import settings
@@ -58,6 +59,23 @@ def user_factory(db) -> Callable[..., object]:
         return user
 
     return make
+
+
+@pytest.fixture
+def isolated_api_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Throttle counters of this test only, and no parsed policy cached from another test's v1.
+
+    API tests make many requests with the same users; shared counters would throttle one
+    test because of another, and a policy parsed for another test's database would leak.
+    """
+    from rest_framework.throttling import SimpleRateThrottle
+
+    from quotas import services
+
+    monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
+    services._cache.clear()
+    yield
+    services._cache.clear()
 
 
 @pytest.fixture

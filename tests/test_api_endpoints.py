@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from rest_framework.test import APIClient
 
@@ -17,16 +15,8 @@ GOOD_JOB = {"name": "ok", "command": "sleep 1", "num_devices": 1, "estimated_dur
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    """Throttle counters of this test only, and no parsed policy cached from another test's v1."""
-    from rest_framework.throttling import SimpleRateThrottle
-
-    from quotas import services
-
-    monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
-    services._cache.clear()
-    yield
-    services._cache.clear()
+def _isolated(isolated_api_state):
+    """Every test of this module with its own throttle counters and policy cache (see conftest)."""
 
 
 @pytest.fixture

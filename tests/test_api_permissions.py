@@ -7,7 +7,6 @@ probed); an action your role may not take is 403; no sign-in is 401.
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -65,16 +64,8 @@ MATRIX = [
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    """Throttle counters of this test only, and no parsed policy cached from another test's v1."""
-    from rest_framework.throttling import SimpleRateThrottle
-
-    from quotas import services
-
-    monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
-    services._cache.clear()
-    yield
-    services._cache.clear()
+def _isolated(isolated_api_state):
+    """Every test of this module with its own throttle counters and policy cache (see conftest)."""
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from io import StringIO
 from pathlib import Path
 
@@ -30,16 +29,8 @@ DEMO = (ROOT / "examples" / "policies" / "demo.yaml").read_text()
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    """Throttle counters of this test only, and no parsed policy cached from another test's v1."""
-    from rest_framework.throttling import SimpleRateThrottle
-
-    from quotas import services
-
-    monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
-    services._cache.clear()
-    yield
-    services._cache.clear()
+def _isolated(isolated_api_state):
+    """Every test of this module with its own throttle counters and policy cache (see conftest)."""
 
 
 # -- reading a number -----------------------------------------------------------
