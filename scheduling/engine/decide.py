@@ -12,6 +12,9 @@ decisions.
    model; vNPU slices per card; every team's usage in device units
    (:mod:`quota` ledgers, quota in force at ``now``); reservation counters
    (:mod:`reservations`); jobs already leaving (a set ``preempt_deadline``).
+   Cards an earlier tick promised to a waiting job (``Snapshot.promises``)
+   are held for it: the free ones leave the free state until its turn, and no
+   other job's victim search counts them.
 3. **Order** the pending jobs (:mod:`priority`): Slurm multifactor priority
    from class, fair share (:mod:`fairshare`, classic algorithm), age and size;
    ties by submission time, then id.
@@ -36,7 +39,9 @@ decisions.
       borrowing teams, or preemption of lower classes the job's class may
       preempt; cards of jobs already leaving count first. Found →
       ``Preemption`` per victim (deadline ``now + grace``) and the job waits
-      with ``PreemptionGrace``, estimated start = the deadline. At most
+      with ``PreemptionGrace``, estimated start = the deadline; the cards it
+      will get are returned as a ``Promise`` (whole cards), which the caller
+      hands back until the job starts. At most
       ``preemption.MAX_SEARCHES_PER_TICK`` searches run per tick (Kueue-like:
       only queue heads plan preemption), the rest wait for a later tick;
    g. *still no room* (:mod:`backfill`): the first blocked job of each pool
@@ -72,6 +77,7 @@ from scheduling.engine.snapshot import (
     Decisions,
     JobState,
     Preemption,
+    Promise,
     Snapshot,
     Start,
     VnpuTemplate,
@@ -93,6 +99,7 @@ class _Group:
         "mode",
         "n",
         "need",
+        "promise",
         "size",
         "slow",
         "static",
@@ -119,6 +126,19 @@ class _Group:
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
+        #: A job holding a promise from an earlier tick is a group of its own (see ``Tick.run``).
+        self.promise: _Promised | None = None
+
+
+class _Promised:
+    """A promise from an earlier tick (``snapshot.Promise``) and the free cards held for it now."""
+
+    __slots__ = ("free_now", "promise")
+
+    def __init__(self, promise: Promise, free_now: list[tuple[Pool, int]]) -> None:
+        self.promise = promise
+        #: ``(pool, card mask)`` of promised cards that are free now (taken out of the free state).
+        self.free_now = free_now
 
 
 def decide(snapshot: Snapshot) -> Decisions:
@@ -165,7 +185,10 @@ class Tick:
         self._shadows: list[float] = []
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
-        self._claims: list[tuple[list[int], float]] = []
+        #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id.
+        self._claims: dict[int, tuple[list[int], float]] = {}
+        #: Promises from earlier ticks still in force, by job id (see :meth:`_hold_promises`).
+        self.promised: dict[int, _Promised] = {}
         #: Bumped whenever the free state changes; keys the memo of waits.
         self.version = 0
         #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
@@ -180,6 +203,37 @@ class Tick:
         self._hold_fail: set[tuple[int, str]] = set()
         #: Running jobs per chip model by expected end (built on the first shadow time).
         self._base_releases: dict[str, list[Occupant]] = {}
+        if snapshot.promises:
+            self._hold_promises()
+
+    def _hold_promises(self) -> None:
+        """Take the free cards promised to waiting jobs out of the free state until their turn.
+
+        A promise is kept while its job waits, asks for whole cards and is not
+        one grace period past the promised time; the cards still held by leaving
+        jobs are marked claimed for every other job's victim search (the
+        preemptor is told) and busy for shadow times until the job would end.
+        """
+        state = self.state
+        now = self.now
+        lapse = self.policy.grace_period_s
+        promises = self.snapshot.promises
+        jobs = {job.id: job for job in self.snapshot.pending if job.id in promises}
+        where = state.where
+        for jid, promise in promises.items():
+            job = jobs.get(jid)
+            if job is None or job.vnpu_template is not None or now >= promise.until + lapse:
+                continue
+            masks: dict[Pool, int] = {}
+            for dev in promise.devices:
+                spot = where.get(dev)
+                if spot is not None and spot[0].free >> spot[1] & 1:
+                    masks[spot[0]] = masks.get(spot[0], 0) | (1 << spot[1])
+            for pool, mask in masks.items():
+                state.take_whole(pool, mask)
+            self.promised[jid] = _Promised(promise, list(masks.items()))
+            duration = job.estimated_duration_s or job.max_duration_s or 0.0
+            self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
 
     def _count_running(self) -> list[Occupant]:
         """Charge the running jobs to their teams' ledgers; returns the jobs already leaving."""
@@ -240,7 +294,8 @@ class Tick:
     @property
     def preemptor(self) -> Preemptor:
         if self._preemptor is None:
-            self._preemptor = Preemptor(self.policy, self.state, self.ledgers, self.now, self._leaving)
+            promised = {jid: frozenset(p.promise.devices) for jid, p in self.promised.items()}
+            self._preemptor = Preemptor(self.policy, self.state, self.ledgers, self.now, self._leaving, promised)
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:
@@ -326,13 +381,13 @@ class Tick:
         state = self.state
         nc = self.need_cache
         groups: dict[tuple, _Group] = {}
-        keys = [(j.team, j.priority_class, j.chip_model, j.vnpu_template, j.num_devices) for j in pending]
-        for key in set(keys):
+
+        def make(key: tuple) -> _Group:
             team, cls, chip_model, template, n = key
             shape = (chip_model, template, 1 if template else n)
             need = nc.get(shape) or need_of_key(state, shape, nc)
             ledger = self.ledger(team)
-            group = groups[key] = _Group(team, cls, need, ledger)
+            group = _Group(team, cls, need, ledger)
             group.n = n
             if cls not in class_rank:
                 group.static = (reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not in the policy")
@@ -343,7 +398,19 @@ class Tick:
             group.mode = (
                 group.static is not None or group.slow or ledger.max_duration is not None or ledger.budget is not None
             )
-        return list(map(groups.__getitem__, keys))
+            return group
+
+        keys = [(j.team, j.priority_class, j.chip_model, j.vnpu_template, j.num_devices) for j in pending]
+        for key in set(keys):
+            groups[key] = make(key)
+        out = list(map(groups.__getitem__, keys))
+        promised = self.promised
+        if promised:  # a job holding a promise answers for itself: no memo shared with others
+            for i, job in enumerate(pending):
+                if job.id in promised:
+                    group = out[i] = make(keys[i])
+                    group.promise = promised[job.id]
+        return out
 
     def run(self) -> Decisions:
         state = self.state
@@ -419,7 +486,10 @@ class Tick:
                         hit[7] = margin
                         waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
                         continue
-            outcome = place(job, need, ledger, list(chips))
+            if group.promise is None:
+                outcome = place(job, need, ledger, list(chips))
+            else:
+                outcome = self._place_promised(job, need, ledger, list(chips), group.promise)
             shadows = self._shadows
             if outcome is not None:
                 waiting[jid] = Wait(jid, *outcome)
@@ -432,8 +502,73 @@ class Tick:
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
                     ]
+        promises = self.out.promises
+        for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
+            if jid not in promises:
+                promises[jid] = kept.promise
         state.release()  # the free state is dead now: its layout goes back for the next tick
         return self.out
+
+    def _place_promised(
+        self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], held: _Promised
+    ) -> tuple[str, str, float | None] | None:
+        """:meth:`place` for a job holding a promise: its held cards are free for it alone.
+
+        The tick's shrink-only memos (failed placements, reservation headroom)
+        were worked out without those cards, so the job places with fresh ones.
+        Afterwards the cards of the promise in force (a new plan's, else the old
+        one) that are still free are held again; if the job started, its promise
+        is kept. Only if that leaves the free state other than it was (cards not
+        taken come back, or a new plan holds cards that were free) are the
+        tick's memos dropped (:meth:`_free_grew`).
+        """
+        state = self.state
+        before = dict(held.free_now)
+        for pool, mask in held.free_now:
+            state.release_whole(pool, mask)
+        saved = self._find_fail, self._hold_fail
+        self._find_fail, self._hold_fail = set(), set()
+        self.reservations.forget()
+        starts = len(self.out.starts)
+        try:
+            outcome = self.place(job, need, ledger, chips)
+        finally:
+            self._find_fail, self._hold_fail = saved
+            self.reservations.forget()
+        jid = job.id
+        del self.promised[jid]
+        masks: dict[Pool, int] = {}
+        if len(self.out.starts) > starts:  # started: the promise is kept
+            self._claims.pop(jid, None)
+            if self._preemptor is not None:
+                self._preemptor.claimed.difference_update(held.promise.devices)
+        else:
+            promise = self.out.promises.get(jid, held.promise)  # a new plan replaces the old promise
+            if self.now >= promise.until + self.policy.grace_period_s:
+                self._claims.pop(jid, None)
+            else:
+                self.out.promises[jid] = promise
+                for dev in promise.devices:
+                    spot = state.where.get(dev)
+                    if spot is not None and spot[0].free >> spot[1] & 1:
+                        masks[spot[0]] = masks.get(spot[0], 0) | (1 << spot[1])
+                for pool, mask in masks.items():
+                    state.take_whole(pool, mask)
+        grew = any(pool.free & mask for pool, mask in before.items())
+        took = any(mask & ~before.get(pool, 0) for pool, mask in masks.items())
+        if grew or took:
+            self._free_grew()
+        return outcome
+
+    def _free_grew(self) -> None:
+        """Cards came back to the free state mid-tick: drop what assumed it only shrinks."""
+        self._find_fail.clear()
+        self._hold_fail.clear()
+        self._epoch += 1
+        self.version += 1
+        self.reservations.forget()
+        if self._preemptor is not None:
+            self._preemptor.forget()
 
     def _admit_slow(self, job: JobState, group: _Group) -> None:
         """No chip model fits the shape: the team's limits first, then the shape's reason."""
@@ -625,7 +760,9 @@ class Tick:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
             self._changed.append(occ)
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
-        self._claims.append((plan.devices, plan.start_at + duration))
+        self._claims[job.id] = (plan.devices, plan.start_at + duration)
+        if need.template is None:
+            self.out.promises[job.id] = Promise(job.id, tuple(plan.devices), plan.start_at)
         detail = f"{len(plan.victims)} job(s) preempted" if plan.victims else "waiting for jobs already leaving"
         self.wait(job.id, reasons.PREEMPTION_GRACE, detail, plan.start_at)
         self.version += 1
@@ -679,7 +816,7 @@ class Tick:
         call; cards promised to jobs in their grace are split off (a handful).
         """
         claimed: dict[int, float] = {}
-        for devices, free_at in self._claims:
+        for devices, free_at in self._claims.values():
             for dev in devices:
                 claimed[dev] = free_at
         release = partial(_release, self.now)
@@ -697,7 +834,13 @@ class Tick:
             kept = base
         if not claimed:  # stable merge: ties keep running jobs first, then this tick's in order
             return heapq.merge(map(release, kept), sorted(map(release, changed), key=_at), key=_at)
-        return _split_claimed(kept, changed, claimed, release, self.state)
+        held = [
+            Release(self._claims[jid][1], [(pool, i, 0, 0, 0, True) for i in range(pool.size) if mask >> i & 1])
+            for jid, kept_promise in self.promised.items()
+            for pool, mask in kept_promise.free_now
+            if pool.chip == chip
+        ]
+        return _split_claimed(kept, changed, claimed, release, self.state, held)
 
 
 def _split_claimed(
@@ -706,12 +849,14 @@ def _split_claimed(
     claimed: dict[int, float],
     release: Callable[[Occupant], Release],
     state: ClusterState,
+    held: Iterable[Release] = (),
 ) -> Iterator[Release]:
     """Releases with the promised cards split off (busy until the promise ends), in time order.
 
     The order is that of a stable sort by time of: the running jobs' releases
     (already in time order), then this tick's, each followed by the piece of
-    its promised cards. Produced lazily: pieces wait in a heap keyed by
+    its promised cards, then the free cards held for promises of earlier ticks
+    (``held``). Produced lazily: pieces wait in a heap keyed by
     ``(time, position)`` until the running jobs' stream passes them.
     """
     card_jobs = state.card_jobs
@@ -752,6 +897,8 @@ def _split_claimed(
             extra.append((late_part.at, first + k + 0.5, late_part))
         else:
             extra.append((rel.at, first + k, rel))
+    # Free cards held for a promise come free when its job would end; after everything else.
+    extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
     extra.sort(key=_at_pos)
     for _, _, rel in heapq.merge(running(), extra, key=_at_pos):
         yield rel

@@ -91,8 +91,13 @@ class Preemptor:
         ledgers: Mapping[str, TeamLedger],
         now: float,
         leaving: Iterable[Occupant] | None = None,
+        promised: Mapping[int, frozenset[int]] | None = None,
     ) -> None:
-        """``leaving``: the running jobs already leaving, in the state's order (found by a scan if not given)."""
+        """``leaving``: the running jobs already leaving, in the state's order (found by a scan if not given).
+
+        ``promised``: device ids promised to waiting jobs by earlier ticks, per job id
+        (see ``snapshot.Promise``): no other job's search counts them.
+        """
         self.state = state
         self.ledgers = ledgers
         self.now = now
@@ -118,8 +123,9 @@ class Preemptor:
             team = occ.job.team
             self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
             self.leaving_on.setdefault(occ.chip, []).append(occ)
-        #: Cards promised to a waiting job this tick.
-        self.claimed: set[int] = set()
+        #: Cards promised to a waiting job (by this tick, or held from an earlier one).
+        self.promised: Mapping[int, frozenset[int]] = promised or {}
+        self.claimed: set[int] = set().union(*self.promised.values())
         self._filtered: dict[tuple[str, frozenset[str] | None], list[Occupant]] = {}
         #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
@@ -146,6 +152,20 @@ class Preemptor:
 
     def plan(self, job: JobState, need: Need, chips: list[str], headroom: Mapping[str, float]) -> Plan | None:
         """Victims (maybe none, when leaving jobs suffice) that make room for ``job``, or ``None``."""
+        own = self.promised.get(job.id)
+        if not own:
+            return self._plan_any(job, need, chips, headroom)
+        # The job's own promised cards count for it: a search with its own view of the
+        # claimed cards, whose memos (they depend on that view) are not kept.
+        saved = self.claimed, self._potential_cache, self._failed, self._failed_whole
+        self.claimed = self.claimed - own
+        self._potential_cache, self._failed, self._failed_whole = {}, {}, {}
+        try:
+            return self._plan_any(job, need, chips, headroom)
+        finally:
+            self.claimed, self._potential_cache, self._failed, self._failed_whole = saved
+
+    def _plan_any(self, job: JobState, need: Need, chips: list[str], headroom: Mapping[str, float]) -> Plan | None:
         ledger = self.ledgers[job.team]
         victim_classes = self.victim_classes.get(job.priority_class, frozenset())
         for chip_name in chips:
@@ -188,6 +208,11 @@ class Preemptor:
             self.leaving_on.setdefault(occ.chip, []).append(occ)
         self.claimed.update(plan.devices)
         self._potential_cache.clear()  # leaving jobs of any class now free their cards
+
+    def forget(self) -> None:
+        """Cards came back to the free state mid-tick: the memos that assume it only shrinks go."""
+        self._potential_cache.clear()
+        self.version += 1
 
     # -- search --------------------------------------------------------------------
 

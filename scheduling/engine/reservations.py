@@ -107,6 +107,11 @@ class ReservationLedger:
             self._known[key] = (room, self.taken)
         return room
 
+    def forget(self) -> None:
+        """The free state changed other than by a start: headrooms worked out so far are void."""
+        self._room.clear()
+        self._known.clear()
+
     def surely_fits(self, cls: str, chip: str, units: float) -> bool:
         """A cheap ``units <= headroom(cls, chip)``: ``True`` only when it certainly holds.
 

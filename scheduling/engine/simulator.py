@@ -46,6 +46,7 @@ from scheduling.engine.snapshot import (
     Decisions,
     JobState,
     NodeState,
+    Promise,
     RunningDelta,
     Slot,
     Snapshot,
@@ -630,7 +631,9 @@ class Simulation:
         epoch: float = DEFAULT_START.timestamp(),
         progress: ProgressFn | None = None,
         check_quota: bool = True,
+        promises: bool = True,
     ) -> None:
+        """``promises=False`` does not hand the core's promises back (what a caller without them gets)."""
         self.jobs = jobs
         self.by_id = {j.state.id: j for j in jobs}
         self.cluster = cluster
@@ -643,6 +646,9 @@ class Simulation:
         #: Nothing in a replay changes the inventory: one key for all its snapshots (see Snapshot).
         self.inventory_key = object()
         self.pending: dict[int, JobState] = {}
+        #: Cards promised to waiting jobs by the last decide, handed back to the next (``Snapshot.promises``).
+        self.promises: dict[int, Promise] = {}
+        self.keep_promises = promises
         self.fifo_baseline = FifoBaseline(self.occ, self.pending) if fifo else None
         if self.fifo_baseline is not None:
             self.decide_fn: DecideFn = self.fifo_baseline
@@ -823,11 +829,14 @@ class Simulation:
                 month_device_hours=self._month_hours(t) if self.clock.monthly else {},
                 inventory_key=self.inventory_key,
                 running_delta=self._running_delta(),
+                promises=self.promises,
             )
             c0 = time.perf_counter()
             decisions = self.decide_fn(snapshot)
             self.decide_s += time.perf_counter() - c0
             self.decide_calls += 1
+            if self.keep_promises:
+                self.promises = decisions.promises
             again, started_teams = self._apply(decisions, t, snapshot.now)
             started_any = started_any or bool(started_teams)
             self.last_waiting = decisions.waiting
@@ -1238,6 +1247,7 @@ def run_simulation(
     class_map: Mapping[str, str] | None = None,
     job_records: bool = False,
     decide_fn: DecideFn | None = None,
+    promises: bool = True,
 ) -> dict[str, Any]:
     """Replay ``trace_rows`` on ``cluster`` under ``policy`` through ``decide``.
 
@@ -1248,7 +1258,9 @@ def run_simulation(
     turn. ``start`` is the wall-clock time of trace second 0 (time-of-day quotas and
     monthly budgets follow it). ``class_map`` gives rows without a ``priority_class``
     one by tenant. ``job_records`` adds ``"job_records": {"policy": [...], "baseline": [...]}``,
-    one dict per job (:meth:`Simulation.job_records`). ``decide_fn`` replaces the core (tests only).
+    one dict per job (:meth:`Simulation.job_records`). ``decide_fn`` replaces the core (tests only);
+    ``promises=False`` drops the promises ``decide`` returns instead of handing them back
+    (``snapshot.Promise``; for comparing with a core that has none).
     """
     if baseline not in (None, "fifo"):
         raise ValueError(f"unknown baseline {baseline!r} (known: fifo)")
@@ -1267,7 +1279,7 @@ def run_simulation(
         "class_map": dict(class_map or {}),
     }
     out: dict[str, Any] = {"input": info}
-    sim = Simulation(jobs, spec, policy, decide_fn=decide_fn, epoch=epoch, progress=progress)
+    sim = Simulation(jobs, spec, policy, decide_fn=decide_fn, epoch=epoch, progress=progress, promises=promises)
     out["policy"] = _with_input(sim.run(), info)
     records = {"policy": sim.job_records()} if job_records else {}
     if baseline == "fifo":

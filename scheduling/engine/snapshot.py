@@ -110,6 +110,23 @@ class RunningDelta:
     in_order: bool = False
 
 
+@dataclass(slots=True, frozen=True)
+class Promise:
+    """Cards a waiting job was promised when jobs were asked to leave for it.
+
+    ``until`` is when the last of those jobs must be gone (the plan's expected
+    start). The tick that chose the victims returns it in
+    ``Decisions.promises``; the caller hands it back in ``Snapshot.promises``
+    until the job starts, so that cards freed at the deadline go to the job
+    they were freed for and no other job's victim search counts them. Whole
+    cards only; a promise lapses one grace period after ``until``.
+    """
+
+    job_id: int
+    devices: tuple[int, ...]
+    until: float
+
+
 @dataclass(slots=True)
 class Snapshot:
     now: datetime
@@ -128,6 +145,8 @@ class Snapshot:
     inventory_key: object | None = None
     #: Optional, with ``inventory_key``: the running jobs' changes since the last snapshot.
     running_delta: RunningDelta | None = None
+    #: Promises in force, by waiting job id: what the last tick returned in ``Decisions.promises``.
+    promises: Mapping[int, Promise] = field(default_factory=dict)
 
 
 # The decisions below are plain (not frozen) slotted dataclasses: a tick builds
@@ -169,3 +188,6 @@ class Decisions:
     #: Running jobs whose preemption grace has run out: stop them now.
     evictions: list[int] = field(default_factory=list)
     waiting: dict[int, Wait] = field(default_factory=dict)
+    #: Promises in force after this tick, by waiting job id (new ones and those still held):
+    #: give them back in the next snapshot. A job that started or whose promise lapsed has none.
+    promises: dict[int, Promise] = field(default_factory=dict)

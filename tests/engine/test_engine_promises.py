@@ -1,0 +1,213 @@
+"""Promises: cards freed by a preemption go to the job they were freed for.
+
+Without them, a team reclaiming its guarantee could see the cards it waited a
+grace period for taken by a higher-priority job of a borrowing team in the
+tick its victims leave, and had to preempt again (and again). The tests drive
+several ticks, handing back ``Decisions.promises`` as every caller does.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine_factory import NOW, T0, Cluster, job, policy, quota, snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine import reasons
+from scheduling.engine.decide import decide
+from scheduling.engine.snapshot import Decisions, JobState, Promise, Snapshot
+
+GRACE = 300.0
+
+
+def _reclaim_world() -> tuple[Cluster, object, list[JobState], JobState]:
+    """Team c (no guarantee) borrows the whole 4-card node that team a is guaranteed."""
+    cl = Cluster().node("n1", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 4}), "c": quota()}, grace=GRACE)
+    running = [job(i + 1, "c", slots=[cl.dev(f"n1/{i}")], cls="low", started=-600) for i in range(4)]
+    return cl, pol, running, job(100, "a", n=4, cls="normal")
+
+
+def _at(seconds: float, pol, cl, pending, running, promises) -> Decisions:
+    snap = snapshot(pol, cl, pending, running, now=NOW + timedelta(seconds=seconds))
+    snap.promises = dict(promises)
+    return decide(snap)
+
+
+def test_the_plan_returns_a_promise_of_the_cards_it_frees() -> None:
+    cl, pol, running, ask = _reclaim_world()
+    out = _at(0, pol, cl, [ask], running, {})
+    assert out.waiting[100].reason == reasons.PREEMPTION_GRACE
+    assert out.promises == {100: Promise(100, tuple(cl.dev(f"n1/{i}") for i in range(4)), T0 + GRACE)}
+
+
+def test_freed_cards_go_to_the_job_they_were_freed_for_not_to_a_higher_class() -> None:
+    cl, pol, running, ask = _reclaim_world()
+    first = _at(0, pol, cl, [ask], running, {})
+    for r in running:
+        r.preempt_deadline = T0 + GRACE
+    rival = job(200, "c", n=4, cls="high", submitted=200)  # ranks above the waiting job
+    out = _at(GRACE, pol, cl, [ask, rival], running, first.promises)
+    assert out.evictions == [1, 2, 3, 4]
+    assert [s.job_id for s in out.starts] == [100]
+    assert out.promises == {}  # kept: nothing to hand back
+    assert out.waiting[200].reason == reasons.RESOURCES
+    # Without the promise handed back, the rival takes the cards and the job must preempt again.
+    lost = _at(GRACE, pol, cl, [ask, rival], running, {})
+    assert [s.job_id for s in lost.starts] == [200]
+
+
+def test_no_other_search_counts_promised_cards_of_leaving_jobs() -> None:
+    cl, pol, running, ask = _reclaim_world()
+    first = _at(0, pol, cl, [ask], running, {})
+    for r in running:
+        r.preempt_deadline = T0 + GRACE
+    rival = job(200, "c", n=4, cls="high", submitted=100)  # "high" may preempt "low"
+    out = _at(150, pol, cl, [ask, rival], running, first.promises)
+    assert out.starts == [] and out.preemptions == []
+    assert out.waiting[100].reason == reasons.PREEMPTION_GRACE
+    assert out.waiting[100].estimated_start == T0 + GRACE
+    rival_wait = out.waiting[200]
+    assert rival_wait.reason == reasons.RESOURCES
+    assert rival_wait.estimated_start is not None
+    assert rival_wait.estimated_start >= T0 + GRACE + ask.estimated_duration_s
+    assert out.promises == first.promises
+    # Not handed back: the rival counts the leaving jobs' cards as its own way in.
+    unaware = _at(150, pol, cl, [ask, rival], running, {})
+    assert unaware.waiting[200].reason == reasons.PREEMPTION_GRACE
+
+
+def test_a_promise_lapses_one_grace_period_after_it_was_due() -> None:
+    cl = Cluster().node("n1", devices=4)
+    promise = {100: Promise(100, tuple(cl.dev(f"n1/{i}") for i in range(4)), T0)}
+    blocked = job(100, "a", n=4, cls="normal", max_duration=10 * 86400)
+    capped = policy({"a": quota(guaranteed={"devices": 4}, max_duration=86400), "c": quota()}, grace=GRACE)
+    rival = job(200, "c", n=4, cls="high")
+    held = _at(GRACE - 1, capped, cl, [blocked, rival], [], promise)
+    assert held.waiting[100].reason == reasons.QUOTA_MAX_DURATION
+    assert held.starts == [] and held.promises == promise  # the job cannot start, the cards stay held
+    lapsed = _at(GRACE, capped, cl, [blocked, rival], [], promise)
+    assert [s.job_id for s in lapsed.starts] == [200] and lapsed.promises == {}
+
+
+def test_promised_cards_the_job_does_not_take_are_free_for_the_jobs_after_it() -> None:
+    cl = Cluster().node("n1", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 4}), "b": quota()}, grace=GRACE)
+    promise = {100: Promise(100, tuple(cl.dev(f"n1/{i}") for i in range(4)), T0)}
+    ask = job(100, "a", n=2, cls="high")
+    later = job(300, "b", n=2, cls="low")
+    out = _at(0, pol, cl, [ask, later], [], promise)
+    assert sorted(s.job_id for s in out.starts) == [100, 300]
+    assert out.promises == {}
+    used = [x.device_id for s in out.starts for x in s.slots]
+    assert sorted(used) == sorted(promise[100].devices)
+
+
+def test_a_job_no_longer_waiting_drops_its_promise_and_holds_nothing() -> None:
+    cl = Cluster().node("n1", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 4}), "b": quota()}, grace=GRACE)
+    promise = {100: Promise(100, tuple(cl.dev(f"n1/{i}") for i in range(4)), T0 + GRACE)}
+    other = job(300, "b", n=4, cls="low")
+    out = _at(0, pol, cl, [other], [], promise)  # job 100 was cancelled
+    assert [s.job_id for s in out.starts] == [300] and out.promises == {}
+
+
+def test_slice_requests_get_no_promise() -> None:
+    cl = Cluster().node("n1", devices=1)
+    pol = policy({"a": quota(guaranteed={"devices": 1}), "c": quota()}, grace=GRACE)
+    running = [job(1, "c", slots=[cl.dev("n1/0")], cls="low", started=-600)]
+    out = _at(0, pol, cl, [job(100, "a", vnpu="vir05_1c_8g", chip="910B4")], running, {})
+    assert out.waiting[100].reason == reasons.PREEMPTION_GRACE
+    assert out.promises == {}
+
+
+# -- served within the grace, whatever arrives meanwhile ---------------------------------------
+
+
+def _advance(snap: Snapshot, out: Decisions, step: float, arrivals: list[JobState]) -> Snapshot:
+    """The next tick's snapshot: starts run, evicted jobs gone, victims leaving, promises handed back."""
+    now = snap.now.timestamp()
+    started = {s.job_id: s for s in out.starts}
+    leaving = {p.job_id: p.grace_deadline for p in out.preemptions}
+    running = [j for j in snap.running if j.id not in set(out.evictions)]
+    for j in running:
+        if j.id in leaving and j.preempt_deadline is None:
+            j.preempt_deadline = leaving[j.id]
+    pending = []
+    for j in snap.pending:
+        if j.id in started:
+            j.started_at = now
+            j.slots = tuple(started[j.id].slots)
+            running.append(j)
+        else:
+            pending.append(j)
+    nxt = Snapshot(
+        snap.now + timedelta(seconds=step),
+        snap.policy,
+        snap.nodes,
+        pending + arrivals,
+        running,
+        snap.templates,
+        snap.usage,
+        snap.month_device_hours,
+    )
+    nxt.promises = dict(out.promises)
+    return nxt
+
+
+@st.composite
+def contested_reclaims(draw: st.DrawFn) -> tuple[Snapshot, list[list[JobState]], float]:
+    """Team a asks within its guarantee; borrowers hold every card and keep sending higher-class jobs."""
+    cl = Cluster()
+    nodes = draw(st.integers(1, 3))
+    for n in range(nodes):
+        cl.node(f"n{n}", "910B4", 4)
+    total = 4 * nodes
+    g_a = draw(st.integers(1, total))
+    used_a = draw(st.integers(0, g_a - 1))
+    want = draw(st.integers(1, min(4, g_a - used_a)))
+    teams = {"a": quota(guaranteed={"devices": g_a}), "b": quota(guaranteed={"devices": total - g_a}), "c": quota()}
+    pol = policy(teams, backfill=draw(st.booleans()), grace=GRACE)
+    ids = [d.id for n in cl.nodes for d in n.devices]
+    owners = ["a"] * used_a + ["c"] * (total - used_a)
+    running = [
+        job(i + 1, team, cls="normal" if team == "a" else draw(st.sampled_from(("low", "normal"))), slots=[dev],
+            started=-draw(st.integers(60, 9000)), est=86400.0)
+        for i, (dev, team) in enumerate(zip(ids, owners, strict=True))
+    ]  # fmt: skip
+    ask = job(500, "a", want, "normal", est=86400.0)
+    step = draw(st.sampled_from((30.0, 60.0, 100.0)))
+    ticks = int(GRACE // step) + 2
+    arrivals = [
+        [
+            job(1000 + 10 * t + k, draw(st.sampled_from(("b", "c"))), draw(st.integers(1, 4)), "high",
+                submitted=t * step - 1, est=86400.0)
+            for k in range(draw(st.integers(0, 2)))
+        ]
+        for t in range(ticks)
+    ]  # fmt: skip
+    return snapshot(pol, cl, [ask], running), arrivals, step
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contested_reclaims())
+def test_a_team_within_its_guarantee_is_served_by_the_grace_deadline(
+    world: tuple[Snapshot, list[list[JobState]], float],
+) -> None:
+    snap, arrivals, step = world
+    due: float | None = None
+    for t, batch in enumerate(arrivals):
+        out = decide(snap)
+        now = snap.now.timestamp()
+        if any(s.job_id == 500 for s in out.starts):
+            assert due is None or now <= due + step, (now, due)
+            return
+        wait = out.waiting[500]
+        if due is None:
+            assert wait.reason == reasons.PREEMPTION_GRACE, wait
+            due = wait.estimated_start
+        assert due is not None
+        assert now < due, f"tick {t}: still waiting at {now - T0:.0f}s, due at {due - T0:.0f}s: {wait}"
+        snap = _advance(snap, out, step, batch)
+    raise AssertionError("the job never started")
