@@ -41,6 +41,10 @@ class Job(models.Model):
     pending_detail = models.CharField(max_length=300, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     preempt_deadline = models.DateTimeField(null=True, blank=True)
+    # Set on a pending job when running jobs were asked to leave for it (the engine's Promise):
+    # the cards it is to get, held for it until it starts or the promise lapses.
+    promised_devices = models.JSONField(default=list, blank=True, help_text="Device ids promised to this job")
+    promised_until = models.DateTimeField(null=True, blank=True, help_text="When the promised cards are due free")
     exit_code = models.IntegerField(null=True, blank=True)
     retries = models.PositiveIntegerField(default=0)
     launched = models.BooleanField(default=False, help_text="The agent accepted the job")

@@ -21,7 +21,7 @@ from django.db.models import F, FloatField, Func, Q, QuerySet
 from devices.models import Device, Node, VnpuTemplate
 from quotas.models import Team
 from scheduling.engine.policy import Policy
-from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, Snapshot
+from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Promise, Slot, Snapshot
 from scheduling.engine.snapshot import VnpuTemplate as EngineTemplate
 from scheduling.models import Allocation, Job
 
@@ -40,6 +40,8 @@ class LoadedState:
     device_ai_cores: dict[int, int] = field(default_factory=dict)
     device_node: dict[int, int] = field(default_factory=dict)
     device_chip: dict[int, str] = field(default_factory=dict)
+    #: pending job id -> the promise stored on its row
+    promises: dict[int, Promise] = field(default_factory=dict)
 
 
 class EpochSeconds(Func):
@@ -198,6 +200,16 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             pending.append(job)
             state.waiting[job_id] = (reason, detail, round(est_start) if est_start is not None else None)
 
+    # Few rows (jobs whose victims are still leaving): a query of their own keeps the
+    # per-job row above small.
+    for job_id, devices, until in (
+        Job.objects.filter(state=Job.State.PENDING, promised_until__isnull=False)
+        .annotate(until_ts=epoch("promised_until"))
+        .values_list("id", "promised_devices", "until_ts")
+    ):
+        if devices:
+            state.promises[job_id] = Promise(job_id, tuple(int(d) for d in devices), until)
+
     usage, month_hours = _usage(now, policy)
     snapshot = Snapshot(
         now=now,
@@ -208,6 +220,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
         templates=templates,
         usage=usage,
         month_device_hours=month_hours,
+        promises=dict(state.promises),
     )
     return snapshot, state
 

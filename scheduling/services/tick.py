@@ -143,6 +143,22 @@ def _write_waits(rows: list[tuple[str, str, object, int]]) -> None:
         cursor.executemany(sql, rows)
 
 
+def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
+    """Store the promises in force on their waiting jobs' rows; clear the ones that ended.
+
+    A promise ends when its job starts, is no longer waiting, or lapses; the
+    next tick must not hold cards for it. Only changed rows are written.
+    """
+    for job_id, promise in decisions.promises.items():
+        if loaded.promises.get(job_id) != promise:
+            Job.objects.filter(id=job_id, state=Job.State.PENDING).update(
+                promised_devices=list(promise.devices), promised_until=_dt(promise.until)
+            )
+    ended = [job_id for job_id in loaded.promises if job_id not in decisions.promises]
+    if ended:
+        Job.objects.filter(id__in=ended).update(promised_devices=[], promised_until=None)
+
+
 def _persist(
     snapshot: Snapshot, loaded: LoadedState, decisions: Decisions, version: int | None, result: TickResult
 ) -> None:
@@ -240,6 +256,8 @@ def _persist(
             )
         )
         result.preempted.append(pre.job_id)
+
+    _persist_promises(loaded, decisions)
 
     # Waiting reasons: write only the ones that changed, so a quiet tick writes nothing.
     changed: list[tuple[str, str, object, int]] = []

@@ -1,0 +1,78 @@
+"""Promises through the database: cards freed for a reclaim reach that job, tick after tick."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from devices.models import Device
+from quotas.services import create_version
+from scheduling.models import Job
+from scheduling.services.tick import run_tick
+
+pytestmark = pytest.mark.django_db
+
+POLICY = """\
+apiVersion: npuportal/v1
+kind: SchedulingPolicy
+metadata: {name: promises}
+spec:
+  timezone: UTC
+  priorityClasses:
+    - {name: high, preempts: [low]}
+    - {name: normal, default: true}
+    - {name: low}
+  preemption: {gracePeriod: 60s, onPreempt: requeue}
+  teams:
+    - {name: research, shares: 1, quota: {guaranteed: {devices: 8}, max: {devices: 8}}}
+    - {name: training, shares: 1, quota: {max: {devices: 28}}}
+"""
+
+
+def _submit(api, user, cls: str) -> int:
+    body = {"name": cls, "command": "sleep 1", "estimated_duration_s": 3600, "num_devices": 8}
+    resp = api(user).post("/api/v1/jobs/", {**body, "chip_model": "910A", "priority_class": cls}, format="json")
+    assert resp.status_code == 201, resp.json()
+    return resp.json()["id"]
+
+
+@pytest.mark.parametrize("handed_back", [True, False], ids=["promise-kept", "promise-lost"])
+def test_cards_freed_for_a_reclaim_go_to_it_not_to_a_higher_class_borrower(
+    demo, api, user_factory, handed_back: bool
+) -> None:
+    create_version(POLICY, author=None, comment="test")
+    trainer = user_factory("tina", team="training", role="lead")
+    researcher = user_factory("rick", team="research", role="lead")
+    t0 = timezone.now().replace(microsecond=0) + timedelta(seconds=5)
+    borrower = _submit(api, trainer, "low")
+    assert borrower in run_tick(t0).started
+
+    reclaim = _submit(api, researcher, "normal")
+    result = run_tick(t0 + timedelta(seconds=5))
+    assert result.preempted == [borrower]
+    row = Job.objects.get(pk=reclaim)
+    cards = set(Device.objects.filter(allocations__job_id=borrower).values_list("id", flat=True))
+    assert set(row.promised_devices) == cards and len(cards) == 8
+    assert row.promised_until == t0 + timedelta(seconds=65)
+    assert row.pending_reason == "PreemptionGrace"
+
+    rival = _submit(api, trainer, "high")  # ranks above the reclaim, may preempt "low"
+    result = run_tick(t0 + timedelta(seconds=30))
+    assert result.started == [] and result.preempted == []
+    assert Job.objects.get(pk=rival).pending_reason == "Resources"
+    assert set(Job.objects.get(pk=reclaim).promised_devices) == cards
+
+    if not handed_back:
+        Job.objects.filter(pk=reclaim).update(promised_devices=[], promised_until=None)
+    result = run_tick(t0 + timedelta(seconds=66))
+    assert result.evicted == [borrower]
+    if handed_back:
+        assert result.started == [reclaim]
+        row = Job.objects.get(pk=reclaim)
+        assert row.state == "running" and row.promised_devices == [] and row.promised_until is None
+        assert Job.objects.get(pk=rival).state == "pending"
+    else:  # what the promise prevents: the rival takes the cards, the reclaim starts over
+        assert result.started == [rival]
+        assert Job.objects.get(pk=reclaim).state == "pending"
