@@ -59,14 +59,16 @@ def shadow(
     ``releases`` must be in time order. Only the pools of ``chip_name`` are copied.
     """
     chip = state.chips[chip_name]
-    free = {pool: pool.free for pool in chip.pools}
+    tmpl = need.templates.get(chip_name) if need.template else None
+    multi = tmpl is None and need.whole > chip.size
+    # The replay's free masks: of every pool for a multi-node gang, else of the pools a
+    # release touched so far (the rest are as they are now: ``pool.free``).
+    free = {pool: pool.free for pool in chip.pools} if multi else {}
     used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus, slices/whole count
     # A card is free once all its occupants have ended: count them down.
     holders: dict[tuple[Pool, int], int] = {}
     card_jobs = state.card_jobs
     release_list = releases
-    tmpl = need.templates.get(chip_name) if need.template else None
-    multi = tmpl is None and need.whole > chip.size
     full_mask = (1 << chip.size) - 1
     full: list[Pool] = [p for p in chip.pools if p.size == chip.size and free[p] == full_mask] if multi else []
     want = need.whole // chip.size if multi else 0
@@ -87,6 +89,8 @@ def shadow(
                 u[0] -= cores
                 u[1] -= mem
                 u[2] -= cpus
+            if pool not in free:
+                free[pool] = pool.free
             if left <= 0 and pool.usable >> i & 1:
                 free[pool] |= 1 << i
                 used[key] = [0, 0, 0]

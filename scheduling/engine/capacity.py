@@ -324,6 +324,8 @@ class Occupant:
     #: and the end it is sorted under there.
     seq: int = 0
     sort_end: float = 0.0
+    #: The cards as a shadow replay reads them (``backfill.Release.cards``), built on first use.
+    release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None
 
 
 _IDX = attrgetter("idx")
@@ -373,7 +375,7 @@ class Layout:
         self.seen_slots: dict[int, list] = {}
         #: Per-team totals over the running jobs of the last tick that used this layout, with the
         #: occupants they were summed from and that tick's number (see :meth:`ClusterState.running_totals`).
-        self.totals: tuple[dict[int, Occupant], dict[str, list], int] | None = None
+        self.totals: tuple[dict[int, Occupant] | None, dict[str, list], int] | None = None
         #: Cards held per pool (a bitmask each, usable or not) by the whole-card jobs in
         #: ``seen_slots`` when they are all the running jobs and no card is held twice: the next
         #: tick of a caller that keeps its job objects starts from it (see :meth:`ClusterState.occupy`).
@@ -557,9 +559,9 @@ class ClusterState:
         self.occupants: dict[int, Occupant] = {}
         #: Some running or started job holds a vNPU slice (fractional units: no incremental sums).
         self.has_slices = False
-        #: The running jobs as :meth:`running_totals` saw them, and what changed since the
-        #: previous tick's (``None``: counted from scratch); :attr:`card_jobs` patches with it.
-        self._base: dict[int, Occupant] | None = None
+        #: :meth:`running_totals` carried its sums on the layout; with it, what changed since
+        #: the previous tick's (``None``: counted from scratch); :attr:`card_jobs` patches with it.
+        self._carried = False
         #: ``(tick number it is from, gone, new)``.
         self._diff: tuple[int, list[Occupant], list[Occupant]] | None = None
         #: This tick's number on the layout, and the changes :meth:`_occupy_changes` found
@@ -593,7 +595,7 @@ class ClusterState:
             layout.touched = self._touched
             layout.stale = (self.leaving, self.marked)
             cj = self._card_jobs
-            if cj is not None and self._base is not None and not self.has_slices:
+            if cj is not None and self._carried and not self.has_slices:
                 for occ in self._started:  # back to the jobs running when the tick began
                     _card_jobs_drop(cj, occ)
                 layout.card_jobs = (self.gen, cj)
@@ -635,14 +637,19 @@ class ClusterState:
             for occ in occupants.values():
                 _add_total(totals, occ, 1.0)
             return totals
-        base = self._base = dict(occupants)
+        self._carried = True
+        known = self._occ_diff
+        # The running set as counted, for a next tick that cannot say what changed (no
+        # running delta): a copy of it, unless this one could (the next will too, most likely).
+        base = dict(occupants) if known is None else None
         cached = layout.totals
         if cached is not None:
-            known = self._occ_diff
             if known is not None and known[0] == cached[2]:  # occupy already knows what changed
                 diff: tuple[list[Occupant], list[Occupant]] | None = (known[1], known[2])
-            else:
+            elif cached[0] is not None:
                 diff = self._changes(cached[0])
+            else:
+                diff = None
             if diff is not None:
                 self._diff = (cached[2], *diff)
                 totals = cached[1]

@@ -913,16 +913,17 @@ def _at(rel: Release) -> float:
 
 
 def _release(now: float, occ: Occupant) -> Release:
-    end = end_of(occ, now)
-    cards = [
-        (
-            pool,
-            i,
-            tmpl.ai_cores if tmpl else 0,
-            tmpl.memory_mb if tmpl else 0,
-            tmpl.ai_cpus if tmpl else 0,
-            tmpl is None,
-        )
-        for pool, i, tmpl in occ.cards
-    ]
-    return Release(end, cards, occ)
+    cards = occ.release_cards
+    if cards is None:  # an occupant's cards never change: built once (kept across ticks with it)
+        cards = occ.release_cards = [
+            (
+                pool,
+                i,
+                tmpl.ai_cores if tmpl else 0,
+                tmpl.memory_mb if tmpl else 0,
+                tmpl.ai_cpus if tmpl else 0,
+                tmpl is None,
+            )
+            for pool, i, tmpl in occ.cards
+        ]
+    return Release(end_of(occ, now), cards, occ)
