@@ -207,7 +207,12 @@ class Preemptor:
             self.leaving_units[team] = self.leaving_units.get(team, 0.0) + occ.units
             self.leaving_on.setdefault(occ.chip, []).append(occ)
         self.claimed.update(plan.devices)
-        self._potential_cache.clear()  # leaving jobs of any class now free their cards
+        # The victims' cards now count as free at their deadline for any class: the bound
+        # grows on their pools (and only there; elsewhere it still holds, see _potential).
+        pools = {pool for occ, _ in plan.victims for pool, _, _ in occ.cards}
+        for cache in self._potential_cache.values():
+            for pool in pools:
+                cache.pop(pool, None)
 
     def forget(self) -> None:
         """Cards came back to the free state mid-tick: the memos that assume it only shrinks go."""
@@ -253,8 +258,9 @@ class Preemptor:
         A card counts if it is free, or every job on it is leaving or of a class in
         ``victim_classes`` (preemptible, started before this tick). That bounds
         what a search can free there, and the bound only shrinks during a tick
-        (starts take free cards, holds and promises take more) except when a plan
-        makes jobs leave: :meth:`commit` drops the cache then. A pool where the
+        (starts take free cards, holds and promises take more) except where a plan
+        makes jobs leave: :meth:`commit` drops the victims' pools from the cache
+        (a bound that shrank since is still a bound, so the rest stays). A pool where the
         job cannot fit even on these cards is one where a search would pick
         victims and never fit, so skipping it picks the same plan.
         """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
-from engine_factory import NOW, T0, Cluster, job, policy, quota, snapshot
+from engine_factory import NOW, T0, Cluster, classes, job, policy, quota, snapshot
 
 from scheduling.engine import reasons
 from scheduling.engine.bench_core import bench_decide, make_synthetic_snapshot, next_tick
@@ -104,3 +104,32 @@ def test_next_tick_runs_what_the_tick_started() -> None:
     # What the next tick holds is what the first one decided: nothing it started can start again.
     again = decide(later)
     assert not {s.job_id for s in again.starts} & started.keys()
+
+
+def test_cards_left_by_victims_of_a_plan_count_for_later_searches_in_the_same_tick() -> None:
+    """A search's bound on what a pool could free grows where a plan made jobs leave.
+
+    Oldest first (class weight 0): Z (high, 3 cards) finds too little to preempt and
+    fails; X (urgent) makes the 2-card batch job V leave for one card, so V's other
+    card comes free at the deadline unclaimed; Y (high, 2 cards) can then have that
+    card plus the low job L's. A bound kept from Z's search would refuse the pool.
+    """
+    from scheduling.engine.policy import Ordering
+
+    cl = Cluster().node("n1", devices=8)
+    prio = classes(("urgent", ["batch"]), ("high", ["low"]), "normal", "low", "batch")
+    pol = policy({"c": quota()}, prio, ordering=Ordering(weight_priority_class=0.0, weight_fair_share=0.0))
+    running = [
+        job(1, "c", cls="batch", slots=[cl.dev("n1/0"), cl.dev("n1/1")], n=2),
+        job(2, "c", cls="low", slots=[cl.dev("n1/2")]),
+        *[job(3 + i, "c", cls="normal", slots=[cl.dev(f"n1/{3 + i}")]) for i in range(5)],
+    ]
+    pending = [
+        job(10, "c", n=3, cls="high", submitted=-300),
+        job(11, "c", n=1, cls="urgent", submitted=-200),
+        job(12, "c", n=2, cls="high", submitted=-100),
+    ]
+    out = decide(snapshot(pol, cl, pending, running))
+    assert out.waiting[10].reason == reasons.RESOURCES
+    assert [(p.job_id, p.for_job) for p in out.preemptions] == [(1, 11), (2, 12)]
+    assert out.waiting[12].reason == reasons.PREEMPTION_GRACE
