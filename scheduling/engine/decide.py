@@ -85,6 +85,7 @@ from scheduling.engine.snapshot import (
 )
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
+_LEAVING_TEXT = "waiting for jobs already leaving"
 
 
 class _Group:
@@ -514,34 +515,39 @@ class Tick:
     ) -> tuple[str, str, float | None] | None:
         """:meth:`place` for a job holding a promise: its held cards are free for it alone.
 
-        The tick's shrink-only memos (failed placements, reservation headroom)
-        were worked out without those cards, so the job places with fresh ones.
-        Afterwards the cards of the promise in force (a new plan's, else the old
-        one) that are still free are held again; if the job started, its promise
-        is kept. Only if that leaves the free state other than it was (cards not
-        taken come back, or a new plan holds cards that were free) are the
-        tick's memos dropped (:meth:`_free_grew`).
+        The job places with the tick's shrink-only memos (failed placements,
+        reservation headroom) set aside, as they were worked out without its
+        cards; if it does not fit and its promised cards are all free or held by
+        leaving jobs, it waits for them (no victim search). Afterwards the cards
+        of the promise in force (a new plan's, else the old one) that are still
+        free are held again, and the memos come back: as they were if the free
+        state is too, else dropped where it grew (:meth:`_free_grew`) or told of
+        the cards taken (like a start) where it only shrank.
         """
         state = self.state
+        reservations = self.reservations
         before = dict(held.free_now)
         for pool, mask in held.free_now:
             state.release_whole(pool, mask)
-        saved = self._find_fail, self._hold_fail
+        saved = self._find_fail, self._hold_fail, reservations.save()
         self._find_fail, self._hold_fail = set(), set()
-        self.reservations.forget()
+        reservations.forget()
         starts = len(self.out.starts)
-        try:
-            outcome = self.place(job, need, ledger, chips)
-        finally:
-            self._find_fail, self._hold_fail = saved
-            self.reservations.forget()
         jid = job.id
         del self.promised[jid]
+        try:
+            outcome = self.place(job, need, ledger, chips, held.promise)
+        finally:
+            self._find_fail, self._hold_fail, kept = saved
+            reservations.restore(kept)
         masks: dict[Pool, int] = {}
         if len(self.out.starts) > starts:  # started: the promise is kept
+            reservations.forget()  # its start moved the headrooms (a reserved class's use)
             self._claims.pop(jid, None)
             if self._preemptor is not None:
                 self._preemptor.claimed.difference_update(held.promise.devices)
+        elif jid in self.promised:  # a new plan, its free cards held already (_hold_new)
+            reservations.forget()
         else:
             promise = self.out.promises.get(jid, held.promise)  # a new plan replaces the old promise
             if self.now >= promise.until + self.policy.grace_period_s:
@@ -554,11 +560,39 @@ class Tick:
                         masks[spot[0]] = masks.get(spot[0], 0) | (1 << spot[1])
                 for pool, mask in masks.items():
                     state.take_whole(pool, mask)
-        grew = any(pool.free & mask for pool, mask in before.items())
-        took = any(mask & ~before.get(pool, 0) for pool, mask in masks.items())
-        if grew or took:
+        if any(pool.free & mask for pool, mask in before.items()):
             self._free_grew()
+        else:
+            took = sum((mask & ~before.get(pool, 0) & pool.usable).bit_count() for pool, mask in masks.items())
+            if took:  # fewer free cards, as after a start
+                self.version += 1
+                reservations.on_taken(float(took))
         return outcome
+
+    def _promise_due(self, promise: Promise) -> float | None:
+        """When the promised cards are all free, if each is free or held only by leaving jobs; else ``None``."""
+        state = self.state
+        where = state.where
+        card_jobs = state.card_jobs
+        occupants = state.occupants
+        due = self.now
+        for dev in promise.devices:
+            spot = where.get(dev)
+            if spot is None:
+                return None
+            pool, i = spot
+            if pool.free >> i & 1:
+                continue
+            jobs = card_jobs.get(dev)
+            if not pool.usable >> i & 1 or not jobs:
+                return None
+            for jid in jobs:
+                occ = occupants.get(jid)
+                if occ is None or occ.leaving is None:
+                    return None
+                if occ.leaving > due:
+                    due = occ.leaving
+        return due
 
     def _free_grew(self) -> None:
         """Cards came back to the free state mid-tick: drop what assumed it only shrinks."""
@@ -605,7 +639,7 @@ class Tick:
         return margin - 1e-6 * (1.0 + abs(margin))  # slack for the float sums behind the headroom
 
     def place(
-        self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str]
+        self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], promise: Promise | None = None
     ) -> tuple[str, str, float | None] | None:
         """Steps 4c-4g; ``None`` when the job started or got room by preemption, else its wait.
 
@@ -650,6 +684,8 @@ class Tick:
         if blocked:
             open_chips = [c for c in chips if c not in blocked or ledger.within_guarantee(c, units[c])]
             if not open_chips:
+                if promise is not None and (due := self._promise_due(promise)) is not None:
+                    return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
                 if self.may_preempt(job, need, chips):
                     self._stable = False
                     if self.try_preempt(job, need, chips, headroom):
@@ -677,7 +713,9 @@ class Tick:
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=hold is not None)
                 return None
-        # 4f preemption
+        # 4f preemption (a job whose promised cards are on their way just waits for them)
+        if promise is not None and (due := self._promise_due(promise)) is not None:
+            return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
         preemptor = self._preemptor
         if (preemptor is None or preemptor.searches < MAX_SEARCHES_PER_TICK) and self.may_preempt(job, need, chips):
             self._stable = False
@@ -762,11 +800,29 @@ class Tick:
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
         if need.template is None:
-            self.out.promises[job.id] = Promise(job.id, tuple(plan.devices), plan.start_at)
-        detail = f"{len(plan.victims)} job(s) preempted" if plan.victims else "waiting for jobs already leaving"
+            promise = self.out.promises[job.id] = Promise(job.id, tuple(plan.devices), plan.start_at)
+            if self.snapshot.promises is not None:  # the caller keeps promises: so does the tick
+                self._hold_new(promise)
+        detail = f"{len(plan.victims)} job(s) preempted" if plan.victims else _LEAVING_TEXT
         self.wait(job.id, reasons.PREEMPTION_GRACE, detail, plan.start_at)
         self.version += 1
         return True
+
+    def _hold_new(self, promise: Promise) -> None:
+        """Take the free cards of a plan just made out of the free state: later jobs of the tick
+        would otherwise start on them and break the promise before its job's turn next tick."""
+        state = self.state
+        masks: dict[Pool, int] = {}
+        for dev in promise.devices:
+            pool, i = state.where[dev]
+            if pool.free >> i & 1:
+                masks[pool] = masks.get(pool, 0) | (1 << i)
+        for pool, mask in masks.items():
+            state.take_whole(pool, mask)
+        self.promised[promise.job_id] = _Promised(promise, list(masks.items()))
+        taken = sum(mask.bit_count() for mask in masks.values())
+        if taken:  # fewer free cards, as after a start (the caller bumps the version)
+            self.reservations.on_taken(float(taken))
 
     def blocked_job(self, job: JobState, need: Need, chips: list[str]) -> tuple[str, str, float | None]:
         """4g: first blocked job of a pool gets a shadow time (and a hold); others wait."""

@@ -129,6 +129,8 @@ class Preemptor:
         self._filtered: dict[tuple[str, frozenset[str] | None], list[Occupant]] = {}
         #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
+        #: During a search for a job holding a promise: its pools, and their bounds in its view.
+        self._private: tuple[set[Pool], dict[frozenset[str], dict[Pool, int]]] | None = None
         self._failed: dict[tuple, int] = {}
         #: Per (class, within, team, chip): the smallest whole-card request a search just failed
         #: for, and the reservation room it had. Nothing changed since (same ``version``), a
@@ -156,14 +158,19 @@ class Preemptor:
         if not own:
             return self._plan_any(job, need, chips, headroom)
         # The job's own promised cards count for it: a search with its own view of the
-        # claimed cards, whose memos (they depend on that view) are not kept.
-        saved = self.claimed, self._potential_cache, self._failed, self._failed_whole
+        # claimed cards. Memos that depend on that view are its own: the failed searches,
+        # and the pool bounds of the pools holding its cards (elsewhere the views agree).
+        where = self.state.where
+        pools = {where[dev][0] for dev in own if dev in where}
+        saved = self.claimed, self._failed, self._failed_whole
         self.claimed = self.claimed - own
-        self._potential_cache, self._failed, self._failed_whole = {}, {}, {}
+        self._failed, self._failed_whole = {}, {}
+        self._private = (pools, {})
         try:
             return self._plan_any(job, need, chips, headroom)
         finally:
-            self.claimed, self._potential_cache, self._failed, self._failed_whole = saved
+            self.claimed, self._failed, self._failed_whole = saved
+            self._private = None
 
     def _plan_any(self, job: JobState, need: Need, chips: list[str], headroom: Mapping[str, float]) -> Plan | None:
         ledger = self.ledgers[job.team]
@@ -264,9 +271,13 @@ class Preemptor:
         job cannot fit even on these cards is one where a search would pick
         victims and never fit, so skipping it picks the same plan.
         """
-        cache = self._potential_cache.get(victim_classes)
+        caches = self._potential_cache
+        private = self._private
+        if private is not None and pool in private[0]:
+            caches = private[1]
+        cache = caches.get(victim_classes)
         if cache is None:
-            cache = self._potential_cache[victim_classes] = {}
+            cache = caches[victim_classes] = {}
         mask = cache.get(pool)
         if mask is not None:
             return mask

@@ -111,6 +111,22 @@ class ReservationLedger:
         """The free state changed other than by a start: headrooms worked out so far are void."""
         self._room.clear()
         self._known.clear()
+        self._text.clear()
+
+    def save(self) -> tuple[dict, dict, dict]:
+        """What :meth:`restore` puts back: the headrooms worked out so far (for a free state to come back to)."""
+        return dict(self._room), dict(self._known), dict(self._text)
+
+    def restore(self, saved: tuple[dict, dict, dict]) -> None:
+        self._room, self._known, self._text = saved
+
+    def on_taken(self, units: float) -> None:
+        """Free cards were taken other than by a start (held for a job): headroom shrank by ``units``."""
+        self.taken += units
+        if self._room:
+            self._room.clear()
+        if self._text:
+            self._text.clear()
 
     def surely_fits(self, cls: str, chip: str, units: float) -> bool:
         """A cheap ``units <= headroom(cls, chip)``: ``True`` only when it certainly holds.

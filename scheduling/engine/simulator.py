@@ -829,7 +829,7 @@ class Simulation:
                 month_device_hours=self._month_hours(t) if self.clock.monthly else {},
                 inventory_key=self.inventory_key,
                 running_delta=self._running_delta(),
-                promises=self.promises,
+                promises=self.promises if self.keep_promises else None,
             )
             c0 = time.perf_counter()
             decisions = self.decide_fn(snapshot)

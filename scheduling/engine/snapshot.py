@@ -145,8 +145,10 @@ class Snapshot:
     inventory_key: object | None = None
     #: Optional, with ``inventory_key``: the running jobs' changes since the last snapshot.
     running_delta: RunningDelta | None = None
-    #: Promises in force, by waiting job id: what the last tick returned in ``Decisions.promises``.
-    promises: Mapping[int, Promise] = field(default_factory=dict)
+    #: Promises in force, by waiting job id: what the last tick returned in ``Decisions.promises``
+    #: (empty at first). ``None``: the caller keeps no promises, and the tick does not hold the
+    #: free cards of a plan for its job either (the decisions of an engine without promises).
+    promises: Mapping[int, Promise] | None = None
 
 
 # The decisions below are plain (not frozen) slotted dataclasses: a tick builds

@@ -113,6 +113,23 @@ def test_a_job_no_longer_waiting_drops_its_promise_and_holds_nothing() -> None:
     assert [s.job_id for s in out.starts] == [300] and out.promises == {}
 
 
+def test_free_cards_of_a_plan_are_held_from_later_jobs_of_the_same_tick() -> None:
+    cl = Cluster().node("n1", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 4}), "c": quota()}, grace=GRACE)
+    running = [job(i + 1, "c", slots=[cl.dev(f"n1/{i}")], cls="low", started=-600) for i in range(2)]
+    ask = job(100, "a", n=4, cls="normal")
+    later = job(300, "c", n=1, cls="low", est=60)  # ranks below, would fit on a free card
+    snap = snapshot(pol, cl, [ask, later], running)
+    snap.promises = {}
+    out = decide(snap)
+    assert out.waiting[100].reason == reasons.PREEMPTION_GRACE
+    assert sorted(out.promises[100].devices) == [cl.dev(f"n1/{i}") for i in range(4)]
+    assert out.starts == [] and out.waiting[300].reason == reasons.RESOURCES
+    # A caller that keeps no promises gets the old behaviour: the later job takes a promised card.
+    legacy = decide(snapshot(pol, cl, [ask, later], running))
+    assert [s.job_id for s in legacy.starts] == [300]
+
+
 def test_slice_requests_get_no_promise() -> None:
     cl = Cluster().node("n1", devices=1)
     pol = policy({"a": quota(guaranteed={"devices": 1}), "c": quota()}, grace=GRACE)
@@ -158,7 +175,8 @@ def _advance(snap: Snapshot, out: Decisions, step: float, arrivals: list[JobStat
 
 @st.composite
 def contested_reclaims(draw: st.DrawFn) -> tuple[Snapshot, list[list[JobState]], float]:
-    """Team a asks within its guarantee; borrowers hold every card and keep sending higher-class jobs."""
+    """Team a asks within its guarantee; borrowers hold the cluster (a few cards may be free) and keep
+    sending jobs: higher-class ones, and short low ones that would fit on a free card."""
     cl = Cluster()
     nodes = draw(st.integers(1, 3))
     for n in range(nodes):
@@ -170,24 +188,33 @@ def contested_reclaims(draw: st.DrawFn) -> tuple[Snapshot, list[list[JobState]],
     teams = {"a": quota(guaranteed={"devices": g_a}), "b": quota(guaranteed={"devices": total - g_a}), "c": quota()}
     pol = policy(teams, backfill=draw(st.booleans()), grace=GRACE)
     ids = [d.id for n in cl.nodes for d in n.devices]
-    owners = ["a"] * used_a + ["c"] * (total - used_a)
+    owners = ["a"] * used_a + [draw(st.sampled_from(("c", "c", "c", None))) for _ in range(total - used_a)]
     running = [
         job(i + 1, team, cls="normal" if team == "a" else draw(st.sampled_from(("low", "normal"))), slots=[dev],
             started=-draw(st.integers(60, 9000)), est=86400.0)
         for i, (dev, team) in enumerate(zip(ids, owners, strict=True))
+        if team is not None  # a free card
     ]  # fmt: skip
     ask = job(500, "a", want, "normal", est=86400.0)
     step = draw(st.sampled_from((30.0, 60.0, 100.0)))
     ticks = int(GRACE // step) + 2
-    arrivals = [
+    # With the job: short low jobs of the borrower, which would fit on a free card.
+    beside = [
+        job(900 + k, "c", draw(st.integers(1, 2)), "low", submitted=-1, est=60.0)
+        for k in range(draw(st.integers(0, 2)))
+    ]
+    arrivals = [  # in the ticks after
         [
-            job(1000 + 10 * t + k, draw(st.sampled_from(("b", "c"))), draw(st.integers(1, 4)), "high",
-                submitted=t * step - 1, est=86400.0)
+            job(1000 + 10 * t + k, draw(st.sampled_from(("b", "c"))), draw(st.integers(1, 4)),
+                draw(st.sampled_from(("high", "high", "low"))), submitted=t * step - 1,
+                est=draw(st.sampled_from((60.0, 86400.0))))
             for k in range(draw(st.integers(0, 2)))
         ]
-        for t in range(ticks)
+        for t in range(1, ticks + 1)
     ]  # fmt: skip
-    return snapshot(pol, cl, [ask], running), arrivals, step
+    snap = snapshot(pol, cl, [ask, *beside], running)
+    snap.promises = {}  # a caller that keeps promises (none yet)
+    return snap, arrivals, step
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
