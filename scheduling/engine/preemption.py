@@ -129,6 +129,8 @@ class Preemptor:
         self._filtered: dict[tuple[str, frozenset[str] | None], list[Occupant]] = {}
         #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
+        #: Per (chip model, victim classes): how many whole nodes a search could clear (see _plan_multi).
+        self._full_count: dict[tuple[str, frozenset[str]], int] = {}
         #: During a search for a job holding a promise: its pools, and their bounds in its view.
         self._private: tuple[set[Pool], dict[frozenset[str], dict[Pool, int]]] | None = None
         self._failed: dict[tuple, int] = {}
@@ -220,11 +222,30 @@ class Preemptor:
         for cache in self._potential_cache.values():
             for pool in pools:
                 cache.pop(pool, None)
+        self._full_count.clear()
 
     def forget(self) -> None:
         """Cards came back to the free state mid-tick: the memos that assume it only shrinks go."""
         self._potential_cache.clear()
+        self._full_count.clear()
         self.version += 1
+
+    def _full_pools(self, chip: Chip, victim_classes: frozenset[str], full_mask: int) -> int:
+        """Whole nodes of ``chip`` whose every card a search outside the guarantee could free.
+
+        An upper bound, like the pool bounds it counts: it only shrinks during a
+        tick, except where a plan makes jobs leave (:meth:`commit` drops it).
+        A multi-node search that needs more nodes than this cannot succeed.
+        """
+        key = (chip.name, victim_classes)
+        count = self._full_count.get(key)
+        if count is None:
+            size = chip.size
+            potential = self._potential
+            count = self._full_count[key] = sum(
+                1 for pool in chip.pools if pool.size == size and potential(pool, victim_classes) == full_mask
+            )
+        return count
 
     # -- search --------------------------------------------------------------------
 
@@ -424,6 +445,8 @@ class Preemptor:
         seen: set[Pool] = set()
 
         bound = not within  # (victims on pools that can never be full still count as released)
+        if bound and self._private is None and self._full_pools(chip, victim_classes, full_mask) < want:
+            return None  # fewer whole nodes could ever be freed than the job needs
 
         def check(pool: Pool, extra: set[int]) -> None:
             if pool in seen or pool.size != chip.size:
