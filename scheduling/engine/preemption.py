@@ -74,6 +74,9 @@ class _Try:
     mask: int = 0
 
 
+#: Pool bounds worked out one at a time on a chip before the rest are worked out at once.
+_BULK_AFTER = 64
+
 #: A spot where the job cannot fit whatever leaves (see ``Preemptor._potential``).
 _DEAD = _Try()
 
@@ -131,6 +134,8 @@ class Preemptor:
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
         #: Per (chip model, victim classes): how many whole nodes a search could clear (see _plan_multi).
         self._full_count: dict[tuple[str, frozenset[str]], int] = {}
+        #: Per (chip model, victim classes): pool bounds worked out one by one so far.
+        self._misses: dict[tuple[str, frozenset[str]], int] = {}
         #: During a search for a job holding a promise: its pools, and their bounds in its view.
         self._private: tuple[set[Pool], dict[frozenset[str], dict[Pool, int]]] | None = None
         self._failed: dict[tuple, int] = {}
@@ -240,12 +245,55 @@ class Preemptor:
         key = (chip.name, victim_classes)
         count = self._full_count.get(key)
         if count is None:
+            if self._misses.get((chip.name, victim_classes), 0) < _BULK_AFTER:
+                self._misses[(chip.name, victim_classes)] = _BULK_AFTER
+                self._potential_all(chip, victim_classes)
             size = chip.size
             potential = self._potential
             count = self._full_count[key] = sum(
                 1 for pool in chip.pools if pool.size == size and potential(pool, victim_classes) == full_mask
             )
         return count
+
+    def _potential_all(self, chip: Chip, victim_classes: frozenset[str]) -> None:
+        """:meth:`_potential` of every pool of ``chip`` without a slice, in one pass over its jobs.
+
+        With whole cards a card holds one job, so a card counts if it is free, or
+        usable, not claimed and its job is leaving or a candidate: the jobs'
+        cards are OR-ed per pool instead of looking up every card's jobs.
+        """
+        caches = self._potential_cache
+        cache = caches.get(victim_classes)
+        if cache is None:
+            cache = caches[victim_classes] = {}
+        name = chip.name
+        gone = self.gone
+        ok_classes = victim_classes & self.preemptible
+        qualified: dict[Pool, int] = {}
+        sliced: set[Pool] = set()
+        for occ in self.state.occupants.values():
+            if occ.chip != name:
+                continue
+            job = occ.job
+            if job.id in gone or (job.started_at is not None and job.priority_class in ok_classes):
+                for pool, i, tmpl in occ.cards:
+                    qualified[pool] = qualified.get(pool, 0) | (1 << i)
+                    if tmpl is not None:
+                        sliced.add(pool)
+            else:
+                for pool, _, tmpl in occ.cards:
+                    if tmpl is not None:
+                        sliced.add(pool)
+        claimed: dict[Pool, int] = {}
+        where = self.state.where
+        for dev in self.claimed:
+            spot = where.get(dev)
+            if spot is not None and spot[0].chip == name:
+                claimed[spot[0]] = claimed.get(spot[0], 0) | (1 << spot[1])
+        for pool in chip.pools:
+            if pool in cache or pool in sliced or any(pool.slices):
+                continue  # known, or a card may hold several jobs: card by card (_potential)
+            cache[pool] = pool.free | (qualified.get(pool, 0) & pool.usable & ~claimed.get(pool, 0))
 
     # -- search --------------------------------------------------------------------
 
@@ -302,6 +350,15 @@ class Preemptor:
         mask = cache.get(pool)
         if mask is not None:
             return mask
+        if caches is self._potential_cache:
+            # Many misses on one chip (a search walking a full cluster): all its pools at once.
+            key = (pool.chip, victim_classes)
+            misses = self._misses[key] = self._misses.get(key, 0) + 1
+            if misses == _BULK_AFTER:
+                self._potential_all(self.state.chips[pool.chip], victim_classes)
+                mask = cache.get(pool)
+                if mask is not None:
+                    return mask
         state = self.state
         card_jobs = state.card_jobs
         occupants = state.occupants

@@ -133,3 +133,26 @@ def test_cards_left_by_victims_of_a_plan_count_for_later_searches_in_the_same_ti
     assert out.waiting[10].reason == reasons.RESOURCES
     assert [(p.job_id, p.for_job) for p in out.preemptions] == [(1, 11), (2, 12)]
     assert out.waiting[12].reason == reasons.PREEMPTION_GRACE
+
+
+def test_pool_bounds_worked_out_at_once_equal_those_worked_out_card_by_card() -> None:
+    from scheduling.engine.bench_core import clone_snapshot
+    from scheduling.engine.decide import Tick
+
+    first = make_synthetic_snapshot(3000, nodes=200, seed=3)
+    snap = next_tick(first, decide(clone_snapshot(first)))  # jobs leaving, a full cluster
+    tick = Tick(snap)
+    pre = tick.preemptor
+    pre.claimed.update(d.id for n in snap.nodes[:40:7] for d in n.devices[:3])
+    compared = 0
+    for chip in tick.state.chips.values():
+        for kinds in (frozenset({"batch"}), frozenset({"batch", "normal"}), frozenset()):
+            pre._potential_cache.clear()
+            pre._potential_all(chip, kinds)
+            at_once = dict(pre._potential_cache[kinds])
+            pre._potential_cache.clear()
+            pre._misses[(chip.name, kinds)] = 10**9  # card by card from here on
+            for pool, mask in at_once.items():
+                assert pre._potential(pool, kinds) == mask, (chip.name, kinds)
+                compared += 1
+    assert compared > 200
