@@ -560,6 +560,7 @@ class Tick:
                         masks[spot[0]] = masks.get(spot[0], 0) | (1 << spot[1])
                 for pool, mask in masks.items():
                     state.take_whole(pool, mask)
+                self.promised[jid] = _Promised(promise, list(masks.items()))  # (for shadow times)
         if any(pool.free & mask for pool, mask in before.items()):
             self._free_grew()
         else:

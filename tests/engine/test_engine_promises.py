@@ -87,6 +87,9 @@ def test_a_promise_lapses_one_grace_period_after_it_was_due() -> None:
     held = _at(GRACE - 1, capped, cl, [blocked, rival], [], promise)
     assert held.waiting[100].reason == reasons.QUOTA_MAX_DURATION
     assert held.starts == [] and held.promises == promise  # the job cannot start, the cards stay held
+    # The rival's shadow time sees the held cards busy until the promised job would end.
+    assert held.waiting[200].reason == reasons.RESOURCES
+    assert held.waiting[200].estimated_start == T0 + GRACE - 1 + blocked.estimated_duration_s
     lapsed = _at(GRACE, capped, cl, [blocked, rival], [], promise)
     assert [s.job_id for s in lapsed.starts] == [200] and lapsed.promises == {}
 
