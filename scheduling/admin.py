@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from scheduling.models import Allocation, Job, JobEvent, TickRecord
+from scheduling.models import Allocation, Job, JobEvent, JobPromise, TickRecord
 
 
 class AllocationInline(admin.TabularInline):
@@ -88,6 +88,20 @@ class JobEventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(JobPromise)
+class JobPromiseAdmin(admin.ModelAdmin):
+    """Read-only: the tick writes promises and ends them; an edit here would only confuse it."""
+
+    list_display = ("job", "until", "devices")
+    list_select_related = ("job",)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False
 
 

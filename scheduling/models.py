@@ -41,10 +41,6 @@ class Job(models.Model):
     pending_detail = models.CharField(max_length=300, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     preempt_deadline = models.DateTimeField(null=True, blank=True)
-    # Set on a pending job when running jobs were asked to leave for it (the engine's Promise):
-    # the cards it is to get, held for it until it starts or the promise lapses.
-    promised_devices = models.JSONField(default=list, blank=True, help_text="Device ids promised to this job")
-    promised_until = models.DateTimeField(null=True, blank=True, help_text="When the promised cards are due free")
     exit_code = models.IntegerField(null=True, blank=True)
     retries = models.PositiveIntegerField(default=0)
     launched = models.BooleanField(default=False, help_text="The agent accepted the job")
@@ -67,9 +63,6 @@ class Job(models.Model):
             models.Index(fields=["team", "submitted_at", "id"], name="job_team_submitted_id"),
             models.Index(fields=["team", "state", "submitted_at", "id"], name="job_team_state_submitted_id"),
             models.Index(fields=["array_id"], condition=~Q(array_id=""), name="job_array"),
-            # The tick reads the few waiting jobs holding a promise every time: this finds them
-            # without walking the whole queue.
-            models.Index(fields=["promised_until"], condition=Q(promised_until__isnull=False), name="job_promised"),
         ]
 
     def __str__(self) -> str:
@@ -78,6 +71,23 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in self.FINAL_STATES
+
+
+class JobPromise(models.Model):
+    """Cards promised to a waiting job when running jobs were asked to leave for it (the engine's Promise).
+
+    Scheduling state the tick hands from one tick to the next, not part of the job: a
+    table of its own (a few rows) keeps the job row, which every submission writes, as
+    it is. The tick writes and deletes these rows; a promise ends when its job starts,
+    is no longer waiting, or lapses.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="promise")
+    devices = models.JSONField(help_text="Device ids promised to the job")
+    until = models.DateTimeField(help_text="When the last job leaving those cards must be gone")
+
+    def __str__(self) -> str:
+        return f"promise to job #{self.job_id}: {len(self.devices)} device(s)"
 
 
 class Allocation(models.Model):

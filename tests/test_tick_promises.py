@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from devices.models import Device
 from quotas.services import create_version
-from scheduling.models import Job
+from scheduling.models import Job, JobPromise
 from scheduling.services.tick import run_tick
 
 pytestmark = pytest.mark.django_db
@@ -52,26 +52,26 @@ def test_cards_freed_for_a_reclaim_go_to_it_not_to_a_higher_class_borrower(
     reclaim = _submit(api, researcher, "normal")
     result = run_tick(t0 + timedelta(seconds=5))
     assert result.preempted == [borrower]
-    row = Job.objects.get(pk=reclaim)
     cards = set(Device.objects.filter(allocations__job_id=borrower).values_list("id", flat=True))
-    assert set(row.promised_devices) == cards and len(cards) == 8
-    assert row.promised_until == t0 + timedelta(seconds=65)
-    assert row.pending_reason == "PreemptionGrace"
+    promise = JobPromise.objects.get(job_id=reclaim)
+    assert set(promise.devices) == cards and len(cards) == 8
+    assert promise.until == t0 + timedelta(seconds=65)
+    assert Job.objects.get(pk=reclaim).pending_reason == "PreemptionGrace"
 
     rival = _submit(api, trainer, "high")  # ranks above the reclaim, may preempt "low"
     result = run_tick(t0 + timedelta(seconds=30))
     assert result.started == [] and result.preempted == []
     assert Job.objects.get(pk=rival).pending_reason == "Resources"
-    assert set(Job.objects.get(pk=reclaim).promised_devices) == cards
+    assert set(JobPromise.objects.get(job_id=reclaim).devices) == cards
 
     if not handed_back:
-        Job.objects.filter(pk=reclaim).update(promised_devices=[], promised_until=None)
+        JobPromise.objects.filter(job_id=reclaim).delete()
     result = run_tick(t0 + timedelta(seconds=66))
     assert result.evicted == [borrower]
     if handed_back:
         assert result.started == [reclaim]
-        row = Job.objects.get(pk=reclaim)
-        assert row.state == "running" and row.promised_devices == [] and row.promised_until is None
+        assert Job.objects.get(pk=reclaim).state == "running"
+        assert not JobPromise.objects.filter(job_id=reclaim).exists()
         assert Job.objects.get(pk=rival).state == "pending"
     else:  # what the promise prevents: the rival takes the cards, the reclaim starts over
         assert result.started == [rival]

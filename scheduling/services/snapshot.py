@@ -23,7 +23,7 @@ from quotas.models import Team
 from scheduling.engine.policy import Policy
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Promise, Slot, Snapshot
 from scheduling.engine.snapshot import VnpuTemplate as EngineTemplate
-from scheduling.models import Allocation, Job
+from scheduling.models import Allocation, Job, JobPromise
 
 #: Usage older than this many half-lives weighs under 1/16 and is not read.
 USAGE_WINDOW_HALF_LIVES = 4
@@ -200,12 +200,10 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             pending.append(job)
             state.waiting[job_id] = (reason, detail, round(est_start) if est_start is not None else None)
 
-    # Few rows (jobs whose victims are still leaving): a query of their own keeps the
-    # per-job row above small.
     for job_id, devices, until in (
-        Job.objects.filter(state=Job.State.PENDING, promised_until__isnull=False)
-        .annotate(until_ts=epoch("promised_until"))
-        .values_list("id", "promised_devices", "until_ts")
+        JobPromise.objects.filter(job__state=Job.State.PENDING)
+        .annotate(until_ts=epoch("until"))
+        .values_list("job_id", "devices", "until_ts")
     ):
         if devices:
             state.promises[job_id] = Promise(job_id, tuple(int(d) for d in devices), until)

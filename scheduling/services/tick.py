@@ -21,7 +21,7 @@ from django.utils import timezone
 from quotas.services import active_policy
 from scheduling.engine.decide import decide
 from scheduling.engine.snapshot import Decisions, Snapshot
-from scheduling.models import Allocation, Job, JobEvent, TickRecord
+from scheduling.models import Allocation, Job, JobEvent, JobPromise, TickRecord
 from scheduling.services.snapshot import LoadedState, load_snapshot
 
 log = logging.getLogger(__name__)
@@ -144,19 +144,19 @@ def _write_waits(rows: list[tuple[str, str, object, int]]) -> None:
 
 
 def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
-    """Store the promises in force on their waiting jobs' rows; clear the ones that ended.
+    """Store the promises in force (``JobPromise``); delete the ones that ended.
 
     A promise ends when its job starts, is no longer waiting, or lapses; the
     next tick must not hold cards for it. Only changed rows are written.
     """
     for job_id, promise in decisions.promises.items():
         if loaded.promises.get(job_id) != promise:
-            Job.objects.filter(id=job_id, state=Job.State.PENDING).update(
-                promised_devices=list(promise.devices), promised_until=_dt(promise.until)
+            JobPromise.objects.update_or_create(
+                job_id=job_id, defaults={"devices": list(promise.devices), "until": _dt(promise.until)}
             )
     ended = [job_id for job_id in loaded.promises if job_id not in decisions.promises]
     if ended:
-        Job.objects.filter(id__in=ended).update(promised_devices=[], promised_until=None)
+        JobPromise.objects.filter(job_id__in=ended).delete()
 
 
 def _persist(
