@@ -76,3 +76,26 @@ def test_cards_freed_for_a_reclaim_go_to_it_not_to_a_higher_class_borrower(
     else:  # what the promise prevents: the rival takes the cards, the reclaim starts over
         assert result.started == [rival]
         assert Job.objects.get(pk=reclaim).state == "pending"
+
+
+def test_persisting_promises_writes_new_and_changed_ones_and_deletes_ended_ones(demo, api, user_factory) -> None:
+    from scheduling.engine.snapshot import Decisions, Promise
+    from scheduling.services.snapshot import LoadedState
+    from scheduling.services.tick import _persist_promises
+
+    researcher = user_factory("rita", team="research", role="lead")
+    kept, changed, ended, new = (_submit(api, researcher, "normal") for _ in range(4))
+    until = (timezone.now() + timedelta(seconds=60)).replace(microsecond=0).timestamp()
+    old = {j: Promise(j, (1, 2), until) for j in (kept, changed, ended)}
+    for p in old.values():
+        JobPromise.objects.create(job_id=p.job_id, devices=list(p.devices), until=timezone.now())
+    loaded = LoadedState(promises=old)
+    out = Decisions(
+        promises={kept: old[kept], changed: Promise(changed, (3, 4), until), new: Promise(new, (5,), until + 1)}
+    )
+    _persist_promises(loaded, out)
+    rows = {p.job_id: (p.devices, p.until.timestamp()) for p in JobPromise.objects.all()}
+    assert set(rows) == {kept, changed, new}
+    assert rows[changed] == ([3, 4], until) and rows[new] == ([5], until + 1)
+    assert rows[kept][0] == [1, 2]  # unchanged: not written again (its stored time is the one created above)
+    assert rows[kept][1] != until

@@ -147,16 +147,19 @@ def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
     """Store the promises in force (``JobPromise``); delete the ones that ended.
 
     A promise ends when its job starts, is no longer waiting, or lapses; the
-    next tick must not hold cards for it. Only changed rows are written.
+    next tick must not hold cards for it. Only changed rows are written: the
+    rows of ended and changed promises go in one delete, the new ones come
+    back in one insert.
     """
-    for job_id, promise in decisions.promises.items():
-        if loaded.promises.get(job_id) != promise:
-            JobPromise.objects.update_or_create(
-                job_id=job_id, defaults={"devices": list(promise.devices), "until": _dt(promise.until)}
-            )
-    ended = [job_id for job_id in loaded.promises if job_id not in decisions.promises]
-    if ended:
-        JobPromise.objects.filter(job_id__in=ended).delete()
+    changed = [p for job_id, p in decisions.promises.items() if loaded.promises.get(job_id) != p]
+    stale = [job_id for job_id in loaded.promises if job_id not in decisions.promises]
+    stale += [p.job_id for p in changed if p.job_id in loaded.promises]
+    if stale:
+        JobPromise.objects.filter(job_id__in=stale).delete()
+    if changed:
+        JobPromise.objects.bulk_create(
+            [JobPromise(job_id=p.job_id, devices=list(p.devices), until=_dt(p.until)) for p in changed]
+        )
 
 
 def _persist(
