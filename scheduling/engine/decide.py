@@ -190,6 +190,9 @@ class Tick:
         self._claims: dict[int, tuple[list[int], float]] = {}
         #: Promises from earlier ticks still in force, by job id (see :meth:`_hold_promises`).
         self.promised: dict[int, _Promised] = {}
+        #: Their cards as the tick began, for the victim search (``promised`` changes as jobs take
+        #: their turn; a search made during or after one must still see the others' cards claimed).
+        self._promised_devices: dict[int, frozenset[int]] = {}
         #: Bumped whenever the free state changes; keys the memo of waits.
         self.version = 0
         #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
@@ -233,6 +236,7 @@ class Tick:
             for pool, mask in masks.items():
                 state.take_whole(pool, mask)
             self.promised[jid] = _Promised(promise, list(masks.items()))
+            self._promised_devices[jid] = frozenset(promise.devices)
             duration = job.estimated_duration_s or job.max_duration_s or 0.0
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
 
@@ -295,8 +299,9 @@ class Tick:
     @property
     def preemptor(self) -> Preemptor:
         if self._preemptor is None:
-            promised = {jid: frozenset(p.promise.devices) for jid, p in self.promised.items()}
-            self._preemptor = Preemptor(self.policy, self.state, self.ledgers, self.now, self._leaving, promised)
+            self._preemptor = Preemptor(
+                self.policy, self.state, self.ledgers, self.now, self._leaving, self._promised_devices
+            )
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:

@@ -241,3 +241,22 @@ def test_a_team_within_its_guarantee_is_served_by_the_grace_deadline(
         assert now < due, f"tick {t}: still waiting at {now - T0:.0f}s, due at {due - T0:.0f}s: {wait}"
         snap = _advance(snap, out, step, batch)
     raise AssertionError("the job never started")
+
+
+def test_a_search_made_on_a_broken_promise_leaves_the_other_promised_cards_claimed() -> None:
+    """Job 100's promise is broken (card 2 now runs a job of its own team), so it searches first and
+    fails; job 300, later and within its guarantee, must still not count 100's leaving cards."""
+    from scheduling.engine.policy import Ordering
+
+    cl = Cluster().node("n1", devices=4)
+    teams = {"a": quota(guaranteed={"devices": 4}), "b": quota(guaranteed={"devices": 4}), "c": quota()}
+    pol = policy(teams, grace=GRACE, ordering=Ordering(weight_priority_class=0.0, weight_fair_share=0.0))
+    running = [job(i + 1, "c", slots=[cl.dev(f"n1/{i}")], cls="low", deadline=100) for i in (0, 1, 3)]
+    running.append(job(4, "a", slots=[cl.dev("n1/2")]))
+    promise = {100: Promise(100, tuple(cl.dev(f"n1/{i}") for i in range(4)), T0 + 100)}
+    ask = job(100, "a", n=4, submitted=-300)
+    other = job(300, "b", n=1, submitted=-100)
+    out = _at(0, pol, cl, [ask, other], running, promise)
+    assert out.waiting[100].reason == reasons.RESOURCES
+    assert out.waiting[300].reason == reasons.RESOURCES, out.waiting[300]
+    assert 300 not in out.promises
