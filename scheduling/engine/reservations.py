@@ -151,11 +151,7 @@ class ReservationLedger:
         for h in counts:
             h.used += units
         self.starts += 1
-        self.taken += units
-        if self._room:
-            self._room.clear()
-        if self._text:
-            self._text.clear()
+        self.on_taken(units)
 
     def _counts_for(self, cls: str, chip: str) -> list[_Held]:
         """Reservations held for ``cls`` whose scope includes ``chip`` (cached)."""

@@ -40,7 +40,7 @@ class LoadedState:
     device_ai_cores: dict[int, int] = field(default_factory=dict)
     device_node: dict[int, int] = field(default_factory=dict)
     device_chip: dict[int, str] = field(default_factory=dict)
-    #: pending job id -> the promise stored on its row
+    #: pending job id -> its promise as stored (``JobPromise``)
     promises: dict[int, Promise] = field(default_factory=dict)
 
 
