@@ -500,7 +500,7 @@ class Tick:
             if outcome is not None:
                 waiting[jid] = Wait(jid, *outcome)
                 if self.version == version:
-                    group.memo[rank] = [
+                    entry = group.memo[rank] = [
                         chips,
                         version,
                         *outcome,
@@ -508,6 +508,11 @@ class Tick:
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
                     ]
+                    if self._stable and rank >= 0:
+                        # A stable wait did not try the held cards: a longer job of the group (a
+                        # higher rank) ends before no more shadow times, so this is its wait too.
+                        for higher in range(rank + 1, len(shadows) + 1):
+                            group.memo[higher] = entry
         promises = self.out.promises
         for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
             if jid not in promises:
@@ -619,10 +624,12 @@ class Tick:
         self.out.waiting[job.id] = Wait(job.id, reason, detail)
 
     def _reservations_fit(self, cls: str, need: Need, chips: tuple[str, ...]) -> float | None:
-        """``None`` if a reservation limits a job of ``cls`` and shape ``need`` on one of ``chips`` now.
+        """``None`` if a reservation holds back free devices a job of ``cls`` and shape ``need`` could use now.
 
         Else the margin: by how many units the reservations' headroom may still
-        shrink before one could. Headroom only shrinks during a tick, by at most
+        shrink before one could. A chip beyond the headroom but short of free
+        devices anyway counts as :meth:`place` counts it (out of reach, no
+        wait to change): neither number grows during a tick. Headroom only shrinks during a tick, by at most
         the units started (a start takes free units; one of a reserved class
         gives back at most as much), so a memo entry checks again only when
         ``reservations.taken`` has grown by its margin.
@@ -631,12 +638,15 @@ class Tick:
         rooms = reservations._room
         units = need.units
         margin = math.inf
+        state_chips = self.state.chips
         for chip in chips:
             room = rooms.get((cls, chip))
             if room is None:
                 room = reservations.headroom(cls, chip)
             if units[chip] > room + EPS:
-                return None
+                if state_chips[chip].free_units + EPS >= units[chip]:
+                    return None  # held back now: the wait may have become ``ReservedCapacity``
+                continue  # short of free devices anyway, as in :meth:`place`; stays so (both only shrink)
             left = room - units[chip]
             if left < margin:
                 margin = left
@@ -651,7 +661,8 @@ class Tick:
 
         Sets ``self._stable`` when the wait cannot change for the rest of the tick
         while no hold is added, ``_find_fail`` is not cleared and no reservation
-        starts to limit the job: every chip was within the reservations, placement
+        starts to hold back devices the job could use: every chip was within the
+        reservations or short of free devices anyway, placement
         failed on every open chip (free cards only shrink), the held cards were not
         tried, no victim search could run (the search budget only shrinks, a team
         only leaves its guarantee) and every open chip already has a blocked job.
@@ -676,10 +687,12 @@ class Tick:
                     fit_chips.append(chip)
                     continue
                 headroom[chip] = room
-                self._stable = False
                 if state.chips[chip].free_units + EPS >= units[chip]:
                     held_back = reservations.describe(cls, chip)
+                    self._stable = False  # fewer free devices later may turn this into a plain wait
                 else:  # short of devices anyway: preemption may still make room
+                    # Both the headroom and the free devices only shrink (until the free state
+                    # grows, which bumps the epoch): this chip stays out of reach for the tick.
                     fit_chips.append(chip)
             if not fit_chips:
                 return reasons.RESERVED_CAPACITY, held_back, None

@@ -20,10 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from test_engine_properties import worlds
 
-from scheduling.engine.bench_core import make_synthetic_snapshot
+from scheduling.engine.bench_core import make_synthetic_snapshot, next_tick
 from scheduling.engine.capacity import Layout, end_of
 from scheduling.engine.decide import Tick, decide
 from scheduling.engine.placement import need_of
+from scheduling.engine.policy import Reservation
 from scheduling.engine.priority import class_factors, order_pending
 from scheduling.engine.snapshot import Decisions, JobState, RunningDelta, Snapshot
 
@@ -414,3 +415,67 @@ def test_user_factors_are_the_classic_tree_factors(snap: Snapshot) -> None:
     full = fair_share_factors(tree_from_usage(snap.policy, snap.usage, users))
     assert user_factors(snap.policy, snap.usage, users) == {pair: full[user_leaf(*pair)] for pair in users}
     assert user_factors(snap.policy, snap.usage, users) == {pair: full[user_leaf(*pair)] for pair in users}
+
+
+class _NoMemo(dict):
+    """A memo that never answers: every job goes through ``Tick.place``."""
+
+    def get(self, key, default=None):  # type: ignore[no-untyped-def]
+        return default
+
+    def __setitem__(self, key, value) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
+def _unmemoised(snap: Snapshot, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """Decisions of a tick that answers every waiting job by placing it."""
+    import scheduling.engine.decide as decide_module
+
+    original = decide_module._Group.__init__
+
+    def init(self, *args) -> None:  # type: ignore[no-untyped-def]
+        original(self, *args)
+        self.memo = _NoMemo()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(decide_module._Group, "__init__", init)
+        return fresh(snap)
+
+
+def _memo_worlds(seed: int) -> list[Snapshot]:
+    """Ticks that fill clusters, and the full ticks after them.
+
+    One with the benchmark's policy, large enough for groups to meet several shadow
+    times; one with a reservation of 40 % for ``urgent``, where starts turn free
+    cards into held-back ones and held-back ones into a plain shortage.
+    """
+    snap = make_synthetic_snapshot(1500, 60, 8, 0.6, 6, seed)
+    reserved = make_synthetic_snapshot(300, 20, 8, 0.4, 6, seed)
+    reserved.policy = dataclasses.replace(
+        reserved.policy, reservations=(Reservation("floor", 0.4, None, frozenset({"urgent"})),)
+    )
+    out = []
+    for world in (snap, reserved):
+        out += [world, next_tick(world, decide(copy.deepcopy(world)))]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_wait_memo_answers_as_placing_each_job(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo of waits (by group and shadow-time rank, kept across starts when stable) is only a shortcut.
+
+    Fails if a stable wait is reused for a job whose answer changed: one that ends before
+    more shadow times than the job it was worked out for, or one whose devices a
+    reservation now holds back (or no longer can, the free devices having run short).
+    """
+    for snap in _memo_worlds(seed):
+        want = _unmemoised(snap, monkeypatch)
+        assert fresh(snap) == want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_the_wait_memo_answers_as_placing_each_job_anywhere(snap: Snapshot) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        want = _unmemoised(snap, monkeypatch)
+    assert fresh(snap) == want
