@@ -14,6 +14,7 @@ run: setup ## set up, seed the demo once, start web + worker + beat + agents + l
 
 test: setup browser ## set up and run the whole suite
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(PY) manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -54,6 +55,7 @@ schema: $(STAMP)
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format:
 	$(BIN)/ruff format .

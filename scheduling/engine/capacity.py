@@ -45,7 +45,7 @@ EPS = 1e-9
 
 def lowest_bits(mask: int, n: int) -> list[int]:
     """Positions of the ``n`` lowest set bits of ``mask`` (``mask`` has at least ``n``)."""
-    out = []
+    out: list[int] = []
     while len(out) < n:
         low = mask & -mask
         out.append(low.bit_length() - 1)
@@ -285,10 +285,10 @@ class Chip:
             want = n // unit
             full = [g for g in pool.groups if g.bit_count() == unit and free & g == g]
             if len(full) >= want:
-                cards: list[int] = []
+                picked: list[int] = []
                 for g in full[:want]:
-                    cards.extend(lowest_bits(g, unit))
-                result = (tuple(cards), _mask_of(cards))
+                    picked.extend(lowest_bits(g, unit))
+                result = (tuple(picked), _mask_of(picked))
         self.picks[key] = result
         return result
 
@@ -545,6 +545,8 @@ class ClusterState:
         self.now = now
         self.templates: Mapping[tuple[str, str], VnpuTemplate] = snapshot.templates
         layout = self._layout = Layout.get(snapshot.nodes, snapshot.inventory_key)
+        #: The layout went back to the cache (:meth:`release`): this state is dead.
+        self._released = False
         self.chips: dict[str, Chip] = layout.chips
         self.pools: list[Pool] = layout.pools
         #: device id -> (pool, index)
@@ -586,8 +588,9 @@ class ClusterState:
 
     def release(self) -> None:
         """The tick is over: hand the layout back for the next tick (this state is dead after)."""
-        layout, self._layout = self._layout, None
-        if layout is not None:
+        layout = self._layout
+        if not self._released:
+            self._released = True
             occ_map = layout.occ_map
             for occ in self._started:  # the kept running set is the one the tick began with
                 if occ_map.get(occ.job.id) is occ:
@@ -751,7 +754,9 @@ class ClusterState:
         if image and held is not None and self._occupy_delta(running, evicted, held, delta):  # type: ignore[arg-type]
             self._find_leaving(leaving)
             if layout.by_end is not None:
-                self._update_by_end(*self._occ_diff[1:], stale)  # type: ignore[index]
+                diff = self._occ_diff
+                assert diff is not None  # set by _occupy_delta
+                self._update_by_end(diff[1], diff[2], stale)
             return
         layout.by_end = None
         layout.reset()
@@ -813,13 +818,13 @@ class ClusterState:
                         occs.append(occ)
         else:
             for job in running:
-                occ = occupants.get(job.id)
-                if occ is not None and occ.job is job and occ.cards and job.started_at is not None:
-                    occs = by_chip.get(occ.chip)
+                found = occupants.get(job.id)
+                if found is not None and found.job is job and found.cards and job.started_at is not None:
+                    occs = by_chip.get(found.chip)
                     if occs is None:
-                        by_chip[occ.chip] = [occ]
+                        by_chip[found.chip] = [found]
                     else:
-                        occs.append(occ)
+                        occs.append(found)
         out: dict[str, list[Occupant]] = {}
         keep: dict[str, tuple[list[tuple[float, int]], list[Occupant]]] = {}
         for name, occs in by_chip.items():
@@ -1061,7 +1066,7 @@ class ClusterState:
         already held, no card at all): the caller then counts the long way.
         """
         slot_info = self._layout.slot_info
-        cards = []
+        cards: list[tuple[Pool, int, VnpuTemplate | None]] = []
         usable_units = 0.0
         chip_name = ""
         for slot in job.slots:
@@ -1251,7 +1256,7 @@ class ClusterState:
         chip = self.chips[pool.chip]
         bit = 1 << i
         old_left: int | None = None
-        if self._layout is not None:
+        if not self._released:  # (a released layout may be another tick's by now)
             self._layout.sliced.add(pool)
         if pool.slices[i]:
             old_left = self._slice_left(chip, pool, i)
@@ -1338,7 +1343,7 @@ def end_of(occ: Occupant, now: float) -> float:
 def ends_of(occs: list[Occupant], now: float) -> list[float]:
     """``[end_of(occ, now) for occ in occs]``, inlined: a shadow time needs it for every running job."""
     inf = float("inf")
-    out = []
+    out: list[float] = []
     append = out.append
     for occ in occs:
         end = occ.expected_end

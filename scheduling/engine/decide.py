@@ -222,6 +222,8 @@ class Tick:
         now = self.now
         lapse = self.policy.grace_period_s
         promises = self.snapshot.promises
+        if not promises:
+            return
         jobs = {job.id: job for job in self.snapshot.pending if job.id in promises}
         where = state.where
         for jid, promise in promises.items():
@@ -257,13 +259,12 @@ class Tick:
                 ledger.jobs += jobs
             return list(state.leaving)
         ledgers = self.ledgers
-        keys: dict[str, str] = {}
+        keys = {}
         leaving: list[Occupant] = []
         for occ in self.state.occupants.values():
             team = occ.job.team
-            ledger = ledgers.get(team)
-            if ledger is None:
-                ledger = self.ledger(team)
+            found = ledgers.get(team)
+            ledger = found if found is not None else self.ledger(team)
             usage = ledger.usage
             units = occ.units
             usage[DEVICES] += units

@@ -251,7 +251,7 @@ def find(state: ClusterState, need: Need, chip_name: str) -> Placement | None:
     bucket = chip.buckets[chip.full_key]
     if len(bucket) < nodes:
         return None
-    cards = []
+    cards: list[tuple[Pool, int]] = []
     for pool in islice(bucket, nodes):
         cards.extend((pool, i) for i in range(pool.size))
     return Placement(chip_name, cards)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from scheduling.engine.durations import format_duration
@@ -255,14 +255,14 @@ def merge_quota(base: Quota, override: Mapping[str, object]) -> Quota:
     maximum = _merge_resources(base.max, override.get("max"))
     if any(key in maximum and maximum[key] < amount for key, amount in guaranteed.items()):
         guaranteed = {key: min(amount, maximum.get(key, amount)) for key, amount in guaranteed.items()}
-    classes = override.get("allowedPriorityClasses", base.allowed_priority_classes)
+    classes: Any = override.get("allowedPriorityClasses", base.allowed_priority_classes)
     return Quota(
         guaranteed=guaranteed,
         max=maximum,
         max_concurrent_jobs=_scalar(override, "maxConcurrentJobs", base.max_concurrent_jobs),
         device_hours_per_month=_scalar(override, "deviceHoursPerMonth", base.device_hours_per_month),
         max_job_duration_s=_scalar(override, "maxJobDuration", base.max_job_duration_s),
-        allowed_priority_classes=None if classes is None else frozenset(classes),  # type: ignore[arg-type]
+        allowed_priority_classes=None if classes is None else frozenset(classes),
     )
 
 
@@ -278,8 +278,9 @@ def _merge_resources(base: Mapping[str, float], override: object) -> Mapping[str
     return merged
 
 
-def _scalar(override: Mapping[str, object], key: str, default: object) -> object:
-    return override[key] if key in override else default  # type: ignore[return-value]
+def _scalar(override: Mapping[str, object], key: str, default: Any) -> Any:
+    """The override's value if it names ``key`` (validated by the parser), else ``default``."""
+    return override[key] if key in override else default
 
 
 def quota_for_team(team: TeamPolicy, weekday: int, minute: int) -> tuple[Quota, str | None]:

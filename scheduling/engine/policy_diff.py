@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Collection, Mapping
+from functools import partial
+from typing import Any
 
 from scheduling.engine.durations import format_duration
 from scheduling.engine.policy import Policy, Quota, Reservation, Schedule, TeamPolicy
@@ -190,11 +192,11 @@ def _schedule(out: list[str], label: str, a: Schedule, b: Schedule, order: list[
                     f"{label} {key}.{rkey}",
                     ma.get(rkey, _INHERITED),
                     mb.get(rkey, _INHERITED),
-                    lambda v, k=key: _override(v, k),
+                    partial(_override, key=key),
                     sep=" ",
                 )
         else:
-            _change(out, f"{label} {key}", va, vb, lambda v, k=key: _override(v, k, order), sep=" ")
+            _change(out, f"{label} {key}", va, vb, partial(_override, key=key, order=order), sep=" ")
 
 
 def _keyed(
@@ -202,7 +204,7 @@ def _keyed(
     noun: str,
     before: dict[str, object],
     after: dict[str, object],
-    compare: Callable[[str, object, object], None],
+    compare: Callable[[str, Any, Any], None],
 ) -> None:
     """Added, removed, then changed entries of a named list (teams, reservations...)."""
     for name in after:
@@ -232,7 +234,7 @@ def _change(
     label: str,
     a: object,
     b: object,
-    fmt: Callable[[object], str] | None = None,
+    fmt: Callable[[Any], str] | None = None,
     *,
     sep: str = ": ",
 ) -> None:

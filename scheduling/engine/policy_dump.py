@@ -19,11 +19,11 @@ from scheduling.engine.policy_parse import API_VERSION, KIND
 from scheduling.engine.schedules import DAY_NAMES, format_between
 
 
-class _Flow(dict):  # type: ignore[type-arg]
+class _Flow(dict):
     """A mapping written on one line: ``{name: low}``."""
 
 
-class _FlowList(list):  # type: ignore[type-arg]
+class _FlowList(list):
     """A list written on one line: ``[mon, tue]``."""
 
 

@@ -248,7 +248,7 @@ class _YamlReader:
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = exc.problem or exc.context or "invalid YAML"
             self.ctx.issues.append(
-                PolicyIssue("", f"YAML syntax error{where}: {problem}", "error", mark and mark.line + 1)
+                PolicyIssue("", f"YAML syntax error{where}: {problem}", "error", mark.line + 1 if mark else None)
             )
             self.ctx.has_errors = True
             return _INVALID
@@ -343,7 +343,7 @@ def _mapping(
         ctx.error(path, f"must be a mapping, got {_show(value)}")
         return None
     for key in value if allowed is not None else ():
-        if key not in allowed:
+        if allowed is not None and key not in allowed:
             close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}?" if close else "expected one of: " + ", ".join(allowed)
             ctx.error(_join(path, key), f"unknown field ({hint})")
@@ -573,8 +573,8 @@ class _Reader:
                 placement = _choice(ctx, m["strategy"], "spec.placement.strategy", PLACEMENT_STRATEGIES) or placement
         backfill = True
         if spec.get("backfill") is not None:
-            backfill = _bool(ctx, spec["backfill"], "spec.backfill")
-            backfill = True if backfill is None else backfill
+            flag = _bool(ctx, spec["backfill"], "spec.backfill")
+            backfill = True if flag is None else flag
         grace, on_preempt = 120.0, "requeue"
         if spec.get("preemption") is not None:
             m = _mapping(ctx, spec["preemption"], "spec.preemption", _PREEMPTION_FIELDS)
@@ -1176,9 +1176,9 @@ def _capacity_warnings(ctx: _Context, teams: Sequence[TeamPolicy], capacity: Map
         totals = dict(static)
         active: list[str] = []
         for team in timed:
-            quota, schedule = quota_for_team(team, weekday, minute)
-            if schedule is not None:
-                active.append(f"{team.name}/{schedule}")
+            quota, in_force = quota_for_team(team, weekday, minute)
+            if in_force is not None:
+                active.append(f"{team.name}/{in_force}")
             for key, amount in quota.guaranteed.items():
                 totals[key] = totals.get(key, 0.0) + amount
         for key, cap in capacity.items():

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from scheduling.engine import reasons
 from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
@@ -659,7 +660,7 @@ class _Checker:
         """``(spot, device ids)`` the job would get, or ``None``."""
         extra = {v.job.id for v in victims}  # type: ignore[attr-defined]
         if self.tmpl is not None:
-            pool, i = spot  # type: ignore[misc]
+            pool, i = cast("tuple[Pool, int]", spot)
             return self._fits_slice(pool, i, extra)
         assert isinstance(spot, Pool)
         return self.fits_mask(spot, self.mask(spot, extra))
@@ -677,7 +678,7 @@ class _Checker:
         full = [g for g in pool.groups if g.bit_count() == unit and mask & g == g]
         if len(full) < n // unit:
             return None
-        devices = []
+        devices: list[int] = []
         for g in full[: n // unit]:
             devices.extend(pool.devs[i].id for i in lowest_bits(g, unit))
         return spot, devices

@@ -174,9 +174,9 @@ def prepare_jobs(
             vchip = chip if chip is not None else (vnpu_chips[0] if vnpu_chips else None)
             if vchip is not None:
                 template = _vnpu_for(milli / 1000.0, vchip, chip_cores[vchip], templates)
-            if template is not None:
-                chip = vchip
-                units = template.ai_cores / chip_cores[vchip]
+                if template is not None:
+                    chip = vchip
+                    units = template.ai_cores / chip_cores[vchip]
             num, units = 1, (units if template is not None else 1.0)
         if num <= 0:
             skipped[SKIP_NO_DEVICES] += 1
@@ -460,7 +460,7 @@ class FifoBaseline:
             return tuple(picked)
         return None
 
-    def _take_on(self, node: int, n: int) -> list[Slot]:
+    def _take_on(self, node: int, n: int) -> tuple[Slot, ...]:
         occ = self.occ
         out = []
         for dev in occ.node_devices[node]:
@@ -468,7 +468,7 @@ class FifoBaseline:
                 out.append(Slot(dev))
                 if len(out) == n:
                     break
-        return out
+        return tuple(out)
 
     def _place_vnpu(self, job: JobState) -> tuple[Slot, ...] | None:
         occ = self.occ
