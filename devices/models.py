@@ -21,6 +21,8 @@ class Node(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
     reachable = models.BooleanField(default=True)
     missed_polls = models.PositiveIntegerField(default=0)
+    #: Polls answered in a row: an unreachable node takes work again only after ``AGENT_REJOIN_POLLS`` of them.
+    answered_polls = models.PositiveIntegerField(default=0)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     last_poll_error = models.CharField(
         max_length=500, blank=True, help_text="Why the last agent poll failed or was partial; empty when it was clean"

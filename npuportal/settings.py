@@ -195,6 +195,8 @@ HEALTH_TEMP_WARNING_C = float(os.environ.get("NPUPORTAL_HEALTH_TEMP_WARNING_C", 
 HEALTH_TEMP_DEGRADED_C = float(os.environ.get("NPUPORTAL_HEALTH_TEMP_DEGRADED_C", "95"))
 #: Polls in a row a node may miss before it is ``unreachable`` and its running jobs are requeued.
 AGENT_MISSED_POLLS = int(os.environ.get("NPUPORTAL_AGENT_MISSED_POLLS", "3"))
+#: Polls in a row an unreachable node must answer before it takes work again (flap damping).
+AGENT_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_AGENT_REJOIN_POLLS", "3"))
 #: Polls in a row a degraded or failed device must look better before it rejoins (flap damping).
 HEALTH_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_HEALTH_REJOIN_POLLS", "3"))
 #: /healthz reports the tick as stale past this age.

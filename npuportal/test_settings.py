@@ -18,5 +18,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}  # noqa: F405
 AGENT_TIMEOUT_S = 2.0
 AGENT_MISSED_POLLS = 2
+AGENT_REJOIN_POLLS = 2
 HEALTH_REJOIN_POLLS = 2
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405 - whitenoise warns when it is missing

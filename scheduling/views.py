@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from devices.models import Node
+from devices.services.health import Thresholds
 from npuportal.api_pagination import InvalidCursor, Keyset
 from quotas.models import AuditEvent, Membership, Team
 from quotas.services import active_policy
@@ -264,7 +265,14 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     rows = [{"device": d, "held": slices.get(d.pk, []), "cores_used": cores.get(d.pk, 0)} for d in devices]
     audit = AuditEvent.objects.filter(target=node.name).select_related("actor")[:20] if request.user.is_staff else []
     health = node.health_events.select_related("device").order_by("-at")[:20] if hasattr(node, "health_events") else []
-    return render(request, "node_detail.html", {"node": node, "rows": rows, "audit": audit, "health": health})
+    context = {
+        "node": node,
+        "rows": rows,
+        "audit": audit,
+        "health": health,
+        "rejoin_polls": Thresholds.from_settings().node_rejoin_polls,
+    }
+    return render(request, "node_detail.html", context)
 
 
 @staff_member_required

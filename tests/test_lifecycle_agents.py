@@ -263,7 +263,10 @@ def test_node_down_for_k_polls_requeues_its_jobs_and_the_stale_run_is_stopped_wh
     agent.start()
     assert agent.jobs()[first]["state"] == "running", "the stale run survived the agent"
     summary = poll()
-    assert f"{name}:{first}" in summary.stale_stopped
+    assert f"{name}:{first}" in summary.stale_stopped, "stale runs are stopped at the first answer"
+    assert not Node.objects.get(name=name).reachable, "one answer is not enough to take work again"
+    for _ in range(settings.AGENT_REJOIN_POLLS - 1):
+        poll()
     assert Node.objects.get(name=name).reachable
     assert HealthEvent.objects.filter(node=node, device__isnull=True, to_health="reachable").exists()
     agent.wait_job(first, {"killed"})

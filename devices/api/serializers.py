@@ -53,6 +53,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "state",
             "reachable",
             "missed_polls",
+            "answered_polls",
             "last_heartbeat",
             "labels",
             "agent_url",

@@ -46,6 +46,7 @@ class Thresholds:
     degraded_temp_c: float = 95.0
     missed_polls: int = 3
     rejoin_polls: int = 3
+    node_rejoin_polls: int = 3
 
     @classmethod
     def from_settings(cls) -> Thresholds:
@@ -54,6 +55,7 @@ class Thresholds:
             degraded_temp_c=float(getattr(settings, "HEALTH_TEMP_DEGRADED_C", 95)),
             missed_polls=max(1, int(getattr(settings, "AGENT_MISSED_POLLS", 3))),
             rejoin_polls=max(1, int(getattr(settings, "HEALTH_REJOIN_POLLS", 3))),
+            node_rejoin_polls=max(1, int(getattr(settings, "AGENT_REJOIN_POLLS", 3))),
         )
 
 

@@ -251,7 +251,7 @@ def apply_poll(
             if node.reachable:
                 _reconcile_jobs(node, result, seen if seen is not None else _seen([result]), summary, actions)
         else:
-            _apply_answer(node, result, now)
+            _apply_answer(node, result, now, t)
             _apply_devices(node, result, now, t, summary, actions)
             _reconcile_jobs(node, result, seen if seen is not None else _seen([result]), summary, actions)
     return actions
@@ -261,8 +261,9 @@ def _apply_missed(
     node: Node, result: PollResult, now: datetime, t: hm.Thresholds, summary: PollSummary, actions: Actions
 ) -> None:
     node.missed_polls += 1
+    node.answered_polls = 0
     node.last_poll_error = result.error[:500]
-    fields = ["missed_polls", "last_poll_error"]
+    fields = ["missed_polls", "answered_polls", "last_poll_error"]
     log.info("poll of node %s failed (%s in a row): %s", node.name, node.missed_polls, result.error)
     if node.reachable and node.missed_polls >= t.missed_polls:
         node.reachable = False
@@ -292,22 +293,39 @@ def _apply_missed(
         )
 
 
-def _apply_answer(node: Node, result: PollResult, now: datetime) -> None:
+def _apply_answer(node: Node, result: PollResult, now: datetime, t: hm.Thresholds) -> None:
+    """The agent answered: a reachable node stays so; an unreachable one rejoins after a streak.
+
+    A node that went away once may go away again (a flaky link, an agent that crashes in a
+    loop): work placed on it at its first answer would be requeued again a few polls later,
+    losing what it did. So it takes work again only after ``AGENT_REJOIN_POLLS`` answers in a
+    row; a missed poll on the way starts the streak over. Its stale runs are stopped at the
+    first answer all the same (see :func:`_reconcile_jobs`).
+    """
+    node.answered_polls += 1
     if not node.reachable:
-        HealthEvent.objects.create(
-            node=node,
-            at=now,
-            from_health="unreachable",
-            to_health="reachable",
-            reason=f"the agent answers again after {node.missed_polls} missed polls",
-        )
-        log.warning("node %s is reachable again", node.name)
+        if node.answered_polls >= t.node_rejoin_polls:
+            node.reachable = True
+            HealthEvent.objects.create(
+                node=node,
+                at=now,
+                from_health="unreachable",
+                to_health="reachable",
+                reason=f"the agent answered {node.answered_polls} polls in a row after being unreachable",
+            )
+            log.warning("node %s is reachable again", node.name)
+        else:
+            log.info(
+                "node %s answers again (%s of %s polls in a row before it takes work)",
+                node.name,
+                node.answered_polls,
+                t.node_rejoin_polls,
+            )
     body_error = (result.devices or {}).get("error") or ""
     node.missed_polls = 0
-    node.reachable = True
     node.last_heartbeat = result.fetched_at
     node.last_poll_error = f"device readings: {body_error}"[:500] if body_error else ""
-    node.save(update_fields=["missed_polls", "reachable", "last_heartbeat", "last_poll_error"])
+    node.save(update_fields=["missed_polls", "answered_polls", "reachable", "last_heartbeat", "last_poll_error"])
 
 
 def _apply_devices(
