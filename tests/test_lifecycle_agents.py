@@ -83,12 +83,27 @@ def test_cancel_kills_the_job_on_its_agent(cluster, submit) -> None:
     agent.wait_job(job.agent_job_id, {"running"})
     cancel_job(job.pk, actor=None, reason="not needed")
     record = agent.wait_job(job.agent_job_id, {"killed"})
-    assert record["reason"] == "cancelled"
+    assert record["reason"] == "Cancelled", "the agent's record says why the portal stopped it"
     assert record["exit_code"] == -signal.SIGTERM
     poll()
     job = _reload(job)
     assert job.state == Job.State.CANCELLED
     assert job.events.last().reason == "Cancelled"
+
+
+def test_the_portal_sends_any_reason_as_one_line_the_agent_accepts(cluster, submit) -> None:
+    from devices.services.agent_client import AgentAddress, AgentClient
+
+    job = submit("sleep 30")
+    tick()
+    job = _reload(job)
+    name = node_of(job)
+    agent = cluster[name]
+    agent.wait_job(job.agent_job_id, {"running"})
+    client = AgentClient(AgentAddress.of(Node.objects.get(name=name)))
+    client.stop(job.agent_job_id, grace_s=1, reason="device 3 failed:\n  ECC error\t" + "x" * 300)
+    record = agent.wait_job(job.agent_job_id, {"killed"})
+    assert record["reason"].startswith("device 3 failed: ECC error x") and len(record["reason"]) == 200
 
 
 def test_walltime_enforced_by_the_agent_is_recorded_as_walltime(cluster, submit) -> None:
@@ -120,6 +135,7 @@ def test_walltime_backstop_fails_and_stops_an_overdue_job(cluster, submit) -> No
     assert job.allocations.filter(end__isnull=True).count() == 0
     record = agent.wait_job(job.agent_job_id, {"killed"})
     assert record["exit_code"] == -signal.SIGTERM
+    assert record["reason"] == "walltime"
     poll()
     assert _reload(job).events.last().reason == "Walltime", "the agent's later report changes nothing"
 
@@ -134,7 +150,7 @@ def test_preemption_eviction_stops_the_run_and_the_restart_gets_a_new_agent_id(c
     # The grace of a preemption is over: the next tick evicts (the demo policy requeues preempted jobs).
     Job.objects.filter(pk=job.pk).update(preempt_deadline=timezone.now() - timedelta(seconds=1))
     assert job.pk in tick().evicted
-    assert agent.wait_job(first, {"killed"})["reason"] == "cancelled"
+    assert agent.wait_job(first, {"killed"})["reason"] == "Preempted"
     assert _reload(job).state == Job.State.PENDING
 
     assert job.pk in tick().started

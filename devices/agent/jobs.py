@@ -176,6 +176,28 @@ def parse_grace(value: str | None, default: float) -> float:
     return grace
 
 
+#: Longest ``?reason=`` a DELETE may give (it is kept in the job record and shown as is).
+MAX_STOP_REASON = 200
+
+
+def parse_stop_reason(value: str | None) -> str:
+    """``?reason=`` on DELETE: why the job is stopped, in the caller's words (default ``cancelled``).
+
+    The portal says why (``Preempted``, ``walltime``, ``gang member ended`` ...), so the agent's own
+    record of a killed job tells an operator on the node what happened, not always "cancelled".
+    """
+    if value is None:
+        return "cancelled"
+    text = value.strip()
+    if not text:
+        raise ApiError(400, "reason must not be empty", "reason")
+    if len(text) > MAX_STOP_REASON:
+        raise ApiError(400, f"reason must be at most {MAX_STOP_REASON} characters", "reason")
+    if not text.isprintable():
+        raise ApiError(400, "reason must be printable text on one line", "reason")
+    return text
+
+
 # --------------------------------------------------------------------------------------------------
 # job records
 
@@ -401,8 +423,11 @@ class JobManager:
                         usage.setdefault(index, []).append(DeviceUse(job.job_id, job.pid, job.command, job.vnpu))
         return usage
 
-    def stop(self, raw_id: str, grace_s: float | None = None) -> dict[str, Any]:
-        """SIGTERM the job's process group now, SIGKILL after ``grace_s``; idempotent."""
+    def stop(self, raw_id: str, grace_s: float | None = None, reason: str = "cancelled") -> dict[str, Any]:
+        """SIGTERM the job's process group now, SIGKILL after ``grace_s``; idempotent.
+
+        ``reason`` is recorded with the first stop request (a later one may only shorten the grace).
+        """
         if not _JOB_ID_RE.fullmatch(raw_id):
             raise ApiError(404, f"no job {raw_id!r} on this node")
         grace = self.default_grace_s if grace_s is None else grace_s
@@ -411,7 +436,7 @@ class JobManager:
             if job is None:
                 raise ApiError(404, f"no job {raw_id} on this node")
             if job.state in RUNNING_STATES:
-                self._request_stop(job, grace, "cancelled")
+                self._request_stop(job, grace, reason)
         self._wake.set()
         return self.describe(raw_id)
 

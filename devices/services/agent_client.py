@@ -92,9 +92,17 @@ class AgentClient:
         """Start a job; the agent answers 200 with the existing record when the id is known."""
         return self._call("POST", "/v1/jobs", json=payload, ok=(200, 201))
 
-    def stop(self, agent_job_id: str | int, grace_s: float = 10) -> dict[str, Any] | None:
-        """SIGTERM now, SIGKILL after ``grace_s``; a job the agent does not know is fine (404)."""
-        return self._call("DELETE", f"/v1/jobs/{quote(str(agent_job_id), safe='')}?grace={grace_s:g}", ok=(200, 404))
+    def stop(self, agent_job_id: str | int, grace_s: float = 10, reason: str = "") -> dict[str, Any] | None:
+        """SIGTERM now, SIGKILL after ``grace_s``; a job the agent does not know is fine (404).
+
+        ``reason`` (why the portal stops it) goes into the agent's record of the job.
+        """
+        query = f"grace={grace_s:g}"
+        # One printable line of at most 200 characters, as the agent accepts: a stop is never refused for its words.
+        words = " ".join("".join(c if c.isprintable() else " " for c in reason).split())[:200]
+        if words:
+            query += f"&reason={quote(words, safe='')}"
+        return self._call("DELETE", f"/v1/jobs/{quote(str(agent_job_id), safe='')}?{query}", ok=(200, 404))
 
     def inject_fault(self, device: int, kind: str) -> dict[str, Any]:
         """Simulated backend only: ``ecc``, ``overheat``, ``lost`` or ``recover``."""

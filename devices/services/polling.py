@@ -569,7 +569,7 @@ def _forget(item: tuple[AgentAddress, int, str], summary: PollSummary) -> None:
 def stop_all(stops: Sequence[Stop]) -> None:
     def one(item: Stop) -> None:
         try:
-            AgentClient(item.address).stop(item.agent_job_id, grace_s=item.grace_s)
+            AgentClient(item.address).stop(item.agent_job_id, grace_s=item.grace_s, reason=item.why)
             log.info("stopped run %s on %s (%s)", item.agent_job_id, item.address.name, item.why)
         except AgentError as exc:
             log.info("could not stop run %s on %s (%s): %s", item.agent_job_id, item.address.name, item.why, exc)

@@ -314,6 +314,30 @@ def test_delete_stops_a_job_within_grace_and_is_idempotent(agent: Agent) -> None
     assert agent.call("DELETE", "/v1/jobs/nope")[0] == 404
 
 
+def test_delete_records_the_reason_it_is_given(agent: Agent) -> None:
+    agent.launch("evicted", "sleep 60", [3])
+    status, reply = agent.call("DELETE", "/v1/jobs/evicted?grace=5&reason=Preempted%20for%20job%2042")
+    assert status == 200 and reply["state"] in ("stopping", "killed")
+    done = agent.wait_state("evicted", "killed", timeout=5)
+    assert done["reason"] == "Preempted for job 42"
+    # A second request may shorten the grace but not rewrite why the job was stopped.
+    agent.call("DELETE", "/v1/jobs/evicted?reason=other")
+    assert agent.job("evicted")["reason"] == "Preempted for job 42"
+
+
+def test_delete_with_a_bad_reason_is_refused_and_stops_nothing(agent: Agent) -> None:
+    agent.launch("kept", "sleep 30", [2])
+    for query, words in (
+        ("reason=%20%20", "empty"),
+        ("reason=" + "x" * 201, "at most 200"),
+        ("reason=two%0Alines", "one line"),
+    ):
+        status, reply = agent.call("DELETE", f"/v1/jobs/kept?{query}")
+        assert (status, reply.get("field")) == (400, "reason"), (query, reply)
+        assert words in reply["error"]
+        assert agent.job("kept")["state"] == "running"
+
+
 def test_delete_escalates_to_sigkill_after_grace(agent: Agent) -> None:
     agent.launch("stubborn", "trap '' TERM; echo ready; sleep 60", [5])
     wait_for(lambda: agent.job("stubborn")["output_tail"] == ["ready"])
