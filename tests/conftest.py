@@ -37,6 +37,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_block(n: int, tries: int = 50) -> int:
+    """A port ``p`` such that ``p`` .. ``p + n - 1`` are all free now (the demo's agents take consecutive ports)."""
+    for _ in range(tries):
+        base = free_port()
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports found")
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-untyped-def]
+    """pytest-django's test database; on PostgreSQL, sessions left on it are ended before it is dropped.
+
+    One idle connection outlives the run (its last query is one a browser test makes after the
+    live server has answered), and with it open the database could not be dropped: pytest only
+    warned, and a later run had to drop it first. Ending such sessions here keeps runs independent.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture
 def demo(db):
     """The demo site without agents: nodes, devices, templates, teams, users, policy, history."""

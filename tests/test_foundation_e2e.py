@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import free_port
+from tests.conftest import free_port, free_port_block
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -62,7 +62,7 @@ def _login(base: str, username: str, password: str) -> requests.Session:
 
 
 def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: Path) -> None:
-    agent_port = free_port()
+    agent_port = free_port_block(8)
     env = _env(tmp_path, agent_port)
     _manage(env, "migrate", "--noinput", "-v0")
     seeded = _manage(env, "seed_demo")
@@ -141,7 +141,7 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
 
 
 def test_supervisor_reports_a_dead_child_and_exits_non_zero(tmp_path: Path) -> None:
-    env = _env(tmp_path, free_port())
+    env = _env(tmp_path, free_port_block(8))
     _manage(env, "migrate", "--noinput", "-v0")
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))

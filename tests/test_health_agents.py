@@ -71,7 +71,7 @@ def test_ecc_error_drains_the_device_requeues_the_job_and_it_restarts_on_other_d
     job, device, first = _fail_and_requeue(cluster, submit, "ecc", devices=2)
     _assert_drained_and_requeued(job, device, "ECC")
     old_agent = cluster[device.node.name]
-    assert old_agent.wait_job(first, {"killed"})["reason"] == "cancelled", "the old process was stopped"
+    assert old_agent.wait_job(first, {"killed"})["reason"] == "DeviceFailed", "the old process was stopped"
     assert device.ecc_errors == 1
 
     assert job.pk in tick().started

@@ -574,7 +574,9 @@ def stop_all(stops: Sequence[Stop]) -> None:
         except AgentError as exc:
             log.info("could not stop run %s on %s (%s): %s", item.agent_job_id, item.address.name, item.why, exc)
 
-    unique = {(s.address.node_id, s.agent_job_id): s for s in stops}
+    unique: dict[tuple[int, str], Stop] = {}
+    for s in stops:  # one call per run; the first reason given is the most specific (a device failed, say)
+        unique.setdefault((s.address.node_id, s.agent_job_id), s)
     parallel(one, list(unique.values()))
 
 
