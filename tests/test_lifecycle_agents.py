@@ -26,6 +26,17 @@ def _reload(job: Job) -> Job:
     return Job.objects.get(pk=job.pk)
 
 
+def _running(cluster, submit, command: str):  # type: ignore[no-untyped-def]
+    """Submit ``command``, start it with a tick and wait until its agent runs it: ``(job, node name, agent)``."""
+    job = submit(command)
+    tick()
+    job = _reload(job)
+    name = node_of(job)
+    agent = cluster[name]
+    agent.wait_job(job.agent_job_id, {"running"})
+    return job, name, agent
+
+
 def _poll_until(job: Job, states: set[str], timeout: float = 10) -> Job:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -76,11 +87,7 @@ def test_failing_command_fails_with_its_exit_code_and_a_signal_is_named(cluster,
 
 
 def test_cancel_kills_the_job_on_its_agent(cluster, submit) -> None:
-    job = submit("sleep 30")
-    tick()
-    job = _reload(job)
-    agent = cluster[node_of(job)]
-    agent.wait_job(job.agent_job_id, {"running"})
+    job, _, agent = _running(cluster, submit, "sleep 30")
     cancel_job(job.pk, actor=None, reason="not needed")
     record = agent.wait_job(job.agent_job_id, {"killed"})
     assert record["reason"] == "Cancelled", "the agent's record says why the portal stopped it"
@@ -94,12 +101,7 @@ def test_cancel_kills_the_job_on_its_agent(cluster, submit) -> None:
 def test_the_portal_sends_any_reason_as_one_line_the_agent_accepts(cluster, submit) -> None:
     from devices.services.agent_client import AgentAddress, AgentClient
 
-    job = submit("sleep 30")
-    tick()
-    job = _reload(job)
-    name = node_of(job)
-    agent = cluster[name]
-    agent.wait_job(job.agent_job_id, {"running"})
+    job, name, agent = _running(cluster, submit, "sleep 30")
     client = AgentClient(AgentAddress.of(Node.objects.get(name=name)))
     client.stop(job.agent_job_id, grace_s=1, reason="device 3 failed:\n  ECC error\t" + "x" * 300)
     record = agent.wait_job(job.agent_job_id, {"killed"})
@@ -214,12 +216,7 @@ def test_launch_refused_with_409_is_retried_then_the_job_is_requeued(cluster, su
 
 
 def test_agent_killed_mid_job_and_restarted_loses_nothing(cluster, submit) -> None:
-    job = submit("sleep 2; exit 7")
-    tick()
-    job = _reload(job)
-    name = node_of(job)
-    agent = cluster[name]
-    agent.wait_job(job.agent_job_id, {"running"})
+    job, name, agent = _running(cluster, submit, "sleep 2; exit 7")
     agent.kill(signal.SIGKILL)
     assert settings.AGENT_MISSED_POLLS > 1
     summary = poll()
