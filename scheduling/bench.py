@@ -259,6 +259,17 @@ def bench_db(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _rounded(value: Any) -> Any:
+    """``value`` with every float rounded to 2 places, in nested dicts and lists too."""
+    if isinstance(value, float):
+        return round(value, 2)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduling.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--pending", type=int, default=10000)
@@ -284,13 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
         growth = tuple(int(x) for x in args.growth.split(",") if x.strip())
         core = bench_decide(args.pending, args.nodes, 8, args.busy, args.teams, args.seed, growth=growth)
-        out["core"] = {
-            k: (round(v, 2) if isinstance(v, float) else v) for k, v in core.items() if k not in ("growth", "next_tick")
-        }
-        out["core"]["next_tick"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in core["next_tick"].items()}
-        out["core"]["growth"] = [
-            {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()} for row in core["growth"]
-        ]
+        out["core"] = _rounded(core)
     if not args.skip_db:
         setup_django(scratch_database_url())
         out["db"] = bench_db(args)

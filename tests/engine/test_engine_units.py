@@ -86,6 +86,8 @@ def test_bench_reports_figures() -> None:
     assert res["median_ms"] > 0 and [r["pending"] for r in res["growth"]] == [100, 200]
     nxt = res["next_tick"]  # the tick after the first one: its starts are running now
     assert nxt["pending"] == 200 - res["starts"] and nxt["running"] > res["running"] and nxt["median_ms"] > 0
+    for split in (res["split"], nxt["split"]):  # the tick's three parts, each timed
+        assert set(split) == {"state_ms", "order_ms", "decide_ms"} and min(split.values()) > 0
 
 
 def test_next_tick_runs_what_the_tick_started() -> None:
