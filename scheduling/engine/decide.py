@@ -628,12 +628,12 @@ class Tick:
         """``None`` if a reservation holds back free devices a job of ``cls`` and shape ``need`` could use now.
 
         Else the margin: by how many units the reservations' headroom may still
-        shrink before one could. A chip beyond the headroom but short of free
-        devices anyway counts as :meth:`place` counts it (out of reach, no
-        wait to change): neither number grows during a tick. Headroom only shrinks during a tick, by at most
+        shrink before one could. Headroom only shrinks during a tick, by at most
         the units started (a start takes free units; one of a reserved class
         gives back at most as much), so a memo entry checks again only when
-        ``reservations.taken`` has grown by its margin.
+        ``reservations.taken`` has grown by its margin. A chip beyond the
+        headroom but short of free devices anyway is out of reach in
+        :meth:`place` too, and stays so: neither number grows during a tick.
         """
         reservations = self.reservations
         rooms = reservations._room
