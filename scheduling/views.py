@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -27,18 +26,13 @@ from scheduling.services import jobs as job_service
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     user = request.user
-    teams = Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user)
-    teams = teams.annotate(
-        running=Count("jobs", filter=Q(jobs__state=Job.State.RUNNING)),
-        pending=Count("jobs", filter=Q(jobs__state=Job.State.PENDING)),
-    )
     active = (
         visible_jobs(user)
         .filter(state__in=[Job.State.PENDING, Job.State.RUNNING])
         .order_by("state", "submitted_at")[:100]
     )
     rows = [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in active]
-    return render(request, "dashboard.html", {"teams": teams, "rows": rows, "cards": team_cards(user)})
+    return render(request, "dashboard.html", {"rows": rows, "cards": team_cards(user)})
 
 
 #: Rows per page of the console's job list.
