@@ -14,6 +14,7 @@ from urllib.parse import quote
 import requests
 from django.conf import settings
 
+from devices.agent.jobs import MAX_STOP_REASON
 from devices.models import Node
 
 
@@ -98,8 +99,8 @@ class AgentClient:
         ``reason`` (why the portal stops it) goes into the agent's record of the job.
         """
         query = f"grace={grace_s:g}"
-        # One printable line of at most 200 characters, as the agent accepts: a stop is never refused for its words.
-        words = " ".join("".join(c if c.isprintable() else " " for c in reason).split())[:200]
+        # One printable line no longer than the agent accepts: a stop is never refused for its words.
+        words = " ".join("".join(c if c.isprintable() else " " for c in reason).split())[:MAX_STOP_REASON]
         if words:
             query += f"&reason={quote(words, safe='')}"
         return self._call("DELETE", f"/v1/jobs/{quote(str(agent_job_id), safe='')}?{query}", ok=(200, 404))
