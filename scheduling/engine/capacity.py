@@ -1304,8 +1304,9 @@ def expected_end(job: JobState, now: float) -> float:
     """When a running job should end: start + estimate, or + max duration, never before now.
 
     A job that overran its estimate is expected to run to its max duration; one
-    that overran both (or has neither) is taken to end "now" for planning. A
-    leaving job ends at its grace deadline at the latest.
+    that overran both is taken to end "now" for planning, one that has neither
+    has no known end (``inf``). A leaving job ends at its grace deadline at the
+    latest.
     """
     start = job.started_at if job.started_at is not None else now
     end = start + job.estimated_duration_s if job.estimated_duration_s > 0 else float("inf")

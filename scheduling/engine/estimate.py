@@ -1,0 +1,340 @@
+"""Estimated start times for the jobs a tick left waiting for capacity (``squeue --start``).
+
+``decide`` gives a start estimate only where it costs nothing extra: the
+shadow time of each pool's first blocked job, a preemption's deadline. A team
+lead whose job is tenth in line sees no time at all. This pass plans the rest
+after the tick, in the tick's priority order (``Decisions.waiting`` is in that
+order), on a copy of the cluster's future:
+
+* every usable card on a schedulable node comes free at a time: now if it is
+  free, else when the last job on it is expected to end (``expected_end``:
+  start + estimate, or the max duration once the estimate is overrun; a
+  leaving job at its grace deadline; the tick's own starts run from now);
+* a promise (``Decisions.promises``) keeps its cards for its job, which takes
+  them when they come free or at the promised time, whichever is later;
+* each job waiting for capacity (``Resources`` or ``Priority``) takes, by the
+  placement rules (one topology group, whole groups of one node, or whole
+  nodes), the cards that let it start earliest; it keeps them for its
+  estimated duration. That start is its estimate. Earlier in the order comes
+  first: this is a plan without backfill, so a job may start sooner than
+  estimated (backfill, jobs ending early) or later (a higher job submitted
+  meanwhile, a reservation held for other classes, quota).
+
+A job whose turn comes after cards that never come free (a job without any
+duration, an unbounded run) gets no estimate, nor do jobs waiting for quota,
+static shape reasons or a vNPU slice. ``limit`` bounds how many jobs one pass
+plans, as Slurm's ``bf_max_job_test`` does; the ones after it get none.
+
+The pass is separate from ``decide`` on purpose: it changes no decision, and
+the caller (the database tick) runs it after deciding, so the hot path of the
+scheduling decision stays as it is. Pure Python, no Django.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+
+from scheduling.engine import reasons
+from scheduling.engine.capacity import expected_end
+from scheduling.engine.snapshot import Decisions, JobState, Snapshot
+
+INF = math.inf
+
+#: Reasons whose jobs wait only for cards to come free: the ones worth an estimate.
+CAPACITY_REASONS = frozenset({reasons.RESOURCES, reasons.PRIORITY})
+
+
+class _Node:
+    """One schedulable server's usable cards of one chip model, as times they come free."""
+
+    __slots__ = ("chip", "gen", "groups", "name", "size", "whole")
+
+    def __init__(self, name: str, chip: str, groups: list[list[tuple[float, int]]], size: int) -> None:
+        self.name = name
+        self.chip = chip
+        #: Per topology group: ``(free time, device id)`` of its usable cards, sorted.
+        self.groups = [sorted(cards) for cards in groups]
+        #: Cards per node of this model (usable or not): what decides the shape rules.
+        self.size = size
+        #: Every card usable: the node can be taken whole.
+        self.whole = sum(len(cards) for cards in groups) == size
+        #: Bumped when a plan takes cards here: heap entries of an older generation are stale.
+        self.gen = 0
+
+    def group_times(self, n: int) -> list[tuple[float, int]]:
+        """Per group, the time its ``n`` earliest cards are all free (``INF`` if it has fewer)."""
+        return [(cards[n - 1][0] if len(cards) >= n else INF, gi) for gi, cards in enumerate(self.groups)]
+
+    def full_time(self) -> float:
+        """When every card of the node is free (``INF`` when one is unusable: never whole)."""
+        if not self.whole:
+            return INF
+        return max(cards[-1][0] for cards in self.groups if cards)
+
+
+class _Shape:
+    """How a request of ``n`` whole cards is placed on one chip model (see :mod:`placement`)."""
+
+    __slots__ = ("group_size", "kind", "m")
+
+    def __init__(self, kind: str, m: int, group_size: int) -> None:
+        #: ``group``: ``m`` cards in one group; ``groups``: ``m`` whole groups of one node;
+        #: ``nodes``: ``m`` whole nodes.
+        self.kind = kind
+        self.m = m
+        self.group_size = group_size
+
+
+def _shape(n: int, node_size: int, group_size: int) -> _Shape | None:
+    if n < 1:
+        return None
+    if n <= group_size:
+        return _Shape("group", n, group_size)
+    if n <= node_size:
+        return _Shape("groups", n // group_size, group_size) if n % group_size == 0 else None
+    return _Shape("nodes", n // node_size, group_size) if n % node_size == 0 else None
+
+
+class _Plan:
+    """The cluster's future as free times per card, and the best spot for a shape, kept in heaps."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.nodes = nodes
+        self.by_chip: dict[str, list[_Node]] = {}
+        for node in nodes:
+            self.by_chip.setdefault(node.chip, []).append(node)
+        #: ``(chip, kind, m)`` -> heap of ``(time, node index in by_chip, generation, group)``.
+        self.heaps: dict[tuple[str, str, int], list[tuple[float, int, int, int]]] = {}
+        #: The same heaps by chip, as ``(kind, m, heap)``: what a change on one node updates.
+        self.heaps_of: dict[str, list[tuple[str, int, list[tuple[float, int, int, int]]]]] = {}
+
+    def _entries(self, node: _Node, i: int, kind: str, m: int) -> Iterable[tuple[float, int, int, int]]:
+        if kind == "group":
+            for t, gi in node.group_times(m):
+                if t < INF:
+                    yield (t, i, node.gen, gi)
+        elif kind == "groups":
+            full = sorted(t for t, _ in node.group_times(node_group_size(node)))
+            if len(full) >= m and full[m - 1] < INF:
+                yield (full[m - 1], i, node.gen, -1)
+        else:
+            t = node.full_time()
+            if t < INF:
+                yield (t, i, node.gen, -1)
+
+    def heap(self, chip: str, kind: str, m: int) -> list[tuple[float, int, int, int]]:
+        key = (chip, kind, m)
+        heap = self.heaps.get(key)
+        if heap is None:
+            heap = [e for i, node in enumerate(self.by_chip[chip]) for e in self._entries(node, i, kind, m)]
+            heapq.heapify(heap)
+            self.heaps[key] = heap
+            self.heaps_of.setdefault(chip, []).append((kind, m, heap))
+        return heap
+
+    def earliest(self, chip: str, shape: _Shape) -> list[tuple[float, int, int, int]] | None:
+        """The spot where ``shape`` could start first on ``chip`` (its last entry's time), or ``None``."""
+        nodes = self.by_chip[chip]
+        if shape.kind == "nodes":
+            valid = self._top_valid(self.heap(chip, "nodes", 1), nodes, shape.m)
+            return valid if len(valid) == shape.m else None
+        valid = self._top_valid(self.heap(chip, shape.kind, shape.m), nodes, 1)
+        return valid or None
+
+    @staticmethod
+    def _top_valid(
+        heap: list[tuple[float, int, int, int]], nodes: list[_Node], k: int
+    ) -> list[tuple[float, int, int, int]]:
+        """The ``k`` best current entries of ``heap`` (stale ones dropped), one per node, left in place."""
+        if k == 1:
+            while heap:
+                entry = heap[0]
+                if entry[2] == nodes[entry[1]].gen:
+                    return [entry]
+                heapq.heappop(heap)
+            return []
+        taken: list[tuple[float, int, int, int]] = []
+        seen: set[int] = set()
+        while heap and len(taken) < k:
+            entry = heapq.heappop(heap)
+            if entry[2] != nodes[entry[1]].gen or entry[1] in seen:
+                continue
+            taken.append(entry)
+            seen.add(entry[1])
+        for entry in taken:
+            heapq.heappush(heap, entry)
+        return taken
+
+    def take(
+        self, chip: str, shape: _Shape, spot: list[tuple[float, int, int, int]], until_of: float
+    ) -> tuple[float, list[int]]:
+        """Plan ``shape`` on ``spot`` (from :meth:`earliest`); its cards are busy ``until_of`` after it starts."""
+        nodes = self.by_chip[chip]
+        if shape.kind == "nodes":
+            picked = spot
+            at = picked[-1][0]
+            devices: list[int] = []
+            for _, i, _, _ in picked:
+                node = nodes[i]
+                for gi, cards in enumerate(node.groups):
+                    devices += [d for _, d in cards]
+                    node.groups[gi] = [(at + until_of, d) for _, d in cards]
+                self._moved(chip, i)
+            return at, devices
+        at, i, _, gi = spot[0]
+        node = nodes[i]
+        end = at + until_of
+        if shape.kind == "group":
+            cards = node.groups[gi]
+            chosen = cards[: shape.m]
+            node.groups[gi] = sorted(cards[shape.m :] + [(end, d) for _, d in chosen])
+            devices = [d for _, d in chosen]
+        else:
+            order = sorted(node.group_times(shape.group_size))[: shape.m]
+            devices = []
+            for _, g in order:
+                devices += [d for _, d in node.groups[g]]
+                node.groups[g] = [(end, d) for _, d in node.groups[g]]
+        self._moved(chip, i)
+        return at, devices
+
+    def _moved(self, chip: str, i: int) -> None:
+        """Node ``i`` changed: its old heap entries go stale, new ones go in every heap of its chip."""
+        node = self.by_chip[chip][i]
+        node.gen += 1
+        gen = node.gen
+        push = heapq.heappush
+        for kind, m, heap in self.heaps_of.get(chip, ()):
+            if kind == "group":
+                for gi, cards in enumerate(node.groups):
+                    if len(cards) >= m and cards[m - 1][0] < INF:
+                        push(heap, (cards[m - 1][0], i, gen, gi))
+            else:
+                for entry in self._entries(node, i, kind, m):
+                    push(heap, entry)
+
+
+def node_group_size(node: _Node) -> int:
+    return max(node.size // max(len(node.groups), 1), 1)
+
+
+def _duration(job: JobState) -> float:
+    """How long a planned job keeps its cards: its estimate, else its max duration, else forever."""
+    return job.estimated_duration_s or job.max_duration_s or INF
+
+
+def _free_times(snapshot: Snapshot, decisions: Decisions, now: float) -> dict[int, float]:
+    """When each busy card comes free: the latest expected end of the jobs on it."""
+    evicted = set(decisions.evictions)
+    deadlines = {p.job_id: p.grace_deadline for p in decisions.preemptions}
+    busy: dict[int, float] = {}
+    for job in snapshot.running:
+        if job.id in evicted:
+            continue
+        end = expected_end(job, now)
+        deadline = deadlines.get(job.id)
+        if deadline is not None:
+            end = min(end, max(deadline, now))
+        for slot in job.slots:
+            if end > busy.get(slot.device_id, -INF):
+                busy[slot.device_id] = end
+    if decisions.starts:
+        pending = {job.id: job for job in snapshot.pending}
+        for start in decisions.starts:
+            started = pending.get(start.job_id)
+            end = now + _duration(started) if started is not None else INF
+            for slot in start.slots:
+                if end > busy.get(slot.device_id, -INF):
+                    busy[slot.device_id] = end
+    return busy
+
+
+def _build(snapshot: Snapshot, busy: dict[int, float], now: float) -> list[_Node]:
+    nodes: list[_Node] = []
+    for node in snapshot.nodes:
+        by_chip: dict[str, dict[str, list[tuple[float, int]]]] = {}
+        sizes: dict[str, int] = {}
+        for dev in node.devices:
+            groups = by_chip.setdefault(dev.chip_model, {})
+            cards = groups.setdefault(dev.topology_group, [])
+            sizes[dev.chip_model] = sizes.get(dev.chip_model, 0) + 1
+            if node.schedulable and dev.usable:
+                cards.append((max(busy.get(dev.id, now), now), dev.id))
+        if not node.schedulable:
+            continue
+        for chip, groups in by_chip.items():
+            nodes.append(_Node(node.name, chip, list(groups.values()), sizes[chip]))
+    return nodes
+
+
+def plan_starts(
+    snapshot: Snapshot, decisions: Decisions, limit: int | None = None
+) -> dict[int, tuple[float, tuple[int, ...]]]:
+    """The plan behind :func:`estimate_starts`: job id -> (estimated start, the cards it is planned on)."""
+    now = snapshot.now.timestamp()
+    busy = _free_times(snapshot, decisions, now)
+    pending = {job.id: job for job in snapshot.pending}
+    # A promise's cards go to its job: when they come free, or at the promised time if later.
+    for jid, promise in decisions.promises.items():
+        job = pending.get(jid)
+        if job is None:
+            continue
+        at = max([promise.until, now, *(busy.get(d, now) for d in promise.devices)])
+        for d in promise.devices:
+            busy[d] = at + _duration(job)
+    plan = _Plan(_build(snapshot, busy, now))
+    chips = list(plan.by_chip)
+    layout: dict[str, tuple[int, int]] = {}
+    for chip, nodes in plan.by_chip.items():
+        size = max(node.size for node in nodes)
+        layout[chip] = (size, max(size // max(len(nodes[0].groups), 1), 1))
+    out: dict[int, tuple[float, tuple[int, ...]]] = {}
+    planned = 0
+    for jid, wait in decisions.waiting.items():
+        if limit is not None and planned >= limit:
+            break
+        if wait.reason not in CAPACITY_REASONS or jid in decisions.promises:
+            continue
+        job = pending.get(jid)
+        if job is None or job.vnpu_template is not None:
+            continue
+        planned += 1
+        best: tuple[float, str, _Shape, list[tuple[float, int, int, int]]] | None = None
+        for chip in [job.chip_model] if job.chip_model is not None else chips:
+            if chip not in layout:
+                continue
+            shape = _shape(job.num_devices, *layout[chip])
+            if shape is None:
+                continue
+            spot = plan.earliest(chip, shape)
+            if spot is not None and (best is None or spot[-1][0] < best[0]):
+                best = (spot[-1][0], chip, shape, spot)
+        if best is None:
+            continue
+        at, devices = plan.take(best[1], best[2], best[3], _duration(job))
+        out[jid] = (max(at, now), tuple(sorted(devices)))
+    return out
+
+
+def estimate_starts(snapshot: Snapshot, decisions: Decisions, limit: int | None = None) -> int:
+    """Fill in ``estimated_start`` of the capacity waits ``decide`` left without one; returns how many.
+
+    Each is the planned start rounded up to a whole minute.
+
+    Estimates ``decide`` gave (a pool's first blocked job, a preemption's
+    deadline) are kept: they come from the same end times, and the tick's
+    backfill holds are built on them.
+    """
+    filled = 0
+    waiting = decisions.waiting
+    for jid, (at, _) in plan_starts(snapshot, decisions, limit).items():
+        wait = waiting[jid]
+        if wait.estimated_start is None:
+            # Up to the next whole minute: finer is false precision, and a value that
+            # moves by seconds would rewrite thousands of stored estimates each pass.
+            # (To the second first: times read back from a database carry float noise.)
+            wait.estimated_start = math.ceil(round(at) / 60.0) * 60.0
+            filled += 1
+    return filled

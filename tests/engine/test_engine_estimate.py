@@ -1,0 +1,260 @@
+"""Estimated starts for the whole queue (``scheduling.engine.estimate``), after ``decide``.
+
+Times are seconds after NOW unless said otherwise. Every job is of one team,
+user and class, so the queue is in submission order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from engine_factory import T0, Cluster, job, policy, quota, snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine import reasons
+from scheduling.engine.capacity import expected_end
+from scheduling.engine.decide import decide
+from scheduling.engine.estimate import estimate_starts, plan_starts
+from scheduling.engine.explain import explain
+from scheduling.engine.priority import class_factors, order_pending
+from scheduling.engine.snapshot import JobState
+
+
+def _busy(cl: Cluster, node: str, ends: list[float], first_id: int = 1) -> list[JobState]:
+    """One 1-card job per card of ``node``, card ``i`` ending ``ends[i]`` after NOW."""
+    return [
+        job(first_id + i, "a", slots=[cl.dev(f"{node}/{i}")], started=-600, est=600 + end) for i, end in enumerate(ends)
+    ]
+
+
+def _plan(pol, cl, pending, running, limit=None):
+    snap = snapshot(pol, cl, pending, running)
+    out = decide(snap)
+    return out, {jid: (at - T0, devs) for jid, (at, devs) in plan_starts(snap, out, limit).items()}
+
+
+def test_the_queue_behind_the_first_blocked_job_gets_times_from_the_running_ends() -> None:
+    cl = Cluster().node("n1", devices=8)
+    running = _busy(cl, "n1", [100, 200, 300, 400, 500, 600, 700, 800])
+    a = job(20, n=4, est=1000, submitted=-300)
+    b = job(21, n=4, est=500, submitted=-200)
+    c = job(22, n=8, est=100, submitted=-100)
+    out, plan = _plan(policy(), cl, [a, b, c], running)
+    assert [out.waiting[j].reason for j in (20, 21, 22)] == [reasons.RESOURCES] * 3
+    # a: when the 4th card frees, on the 4 cards ending first; b: the other four; c: all eight.
+    assert plan[20] == (400, tuple(cl.dev(f"n1/{i}") for i in range(4)))
+    assert plan[21] == (800, tuple(cl.dev(f"n1/{i}") for i in range(4, 8)))
+    assert plan[22][0] == 1400  # a ends at 400 + 1000; b at 800 + 500
+    # decide's own estimate (the first blocked job's shadow time) agrees with the plan's.
+    assert out.waiting[20].estimated_start == T0 + 400
+    assert out.waiting[21].estimated_start is None and out.waiting[22].estimated_start is None
+
+
+def test_estimate_starts_fills_only_missing_estimates_rounded_up_to_the_minute() -> None:
+    cl = Cluster().node("n1", devices=8)
+    running = _busy(cl, "n1", [100, 200, 300, 400, 500, 600, 700, 810])
+    snap = snapshot(policy(), cl, [job(20, n=4, est=1000, submitted=-300), job(21, n=4, est=500)], running)
+    out = decide(snap)
+    assert out.waiting[20].estimated_start == T0 + 400
+    assert estimate_starts(snap, out) == 1
+    assert out.waiting[20].estimated_start == T0 + 400  # decide's, kept
+    assert out.waiting[21].estimated_start == T0 + 840  # 810 s, up to the minute
+    # explain (sprio) shows the time the tick's pass stores.
+    assert explain(snapshot(policy(), cl, snap.pending, running), 21)["estimated_start"] == T0 + 840
+
+
+def test_a_ring_job_waits_for_one_ring_not_for_cards_across_both() -> None:
+    cl = Cluster().node("n1", chip="910A", devices=8, groups=2)
+    running = _busy(cl, "n1", [100, 200, 300, 400, 1000, 1100, 1200, 1300])
+    x = job(20, n=2, est=10_000, submitted=-300)
+    y = job(21, n=4, est=60, submitted=-200)
+    z = job(22, n=8, est=60, submitted=-100)
+    _, plan = _plan(policy(), cl, [x, y, z], running)
+    assert plan[20] == (200, (cl.dev("n1/0"), cl.dev("n1/1")))
+    # ring 0 now frees at 300, 400, 10200, 10200; cards 2, 3 and 4, 5 would make four at 1100,
+    # but a 4-card job stays in one ring: ring 1, when its last card frees.
+    assert plan[21] == (1300, tuple(cl.dev(f"n1/{i}") for i in range(4, 8)))
+    # Eight cards on a 2x4 server are both rings: when x ends.
+    assert plan[22] == (10_200, tuple(cl.dev(f"n1/{i}") for i in range(8)))
+
+
+def test_a_multi_node_job_waits_for_whole_nodes_and_never_for_one_with_a_bad_card() -> None:
+    cl = Cluster().node("n1").node("n2").node("n3", unhealthy=[5])
+    running = [
+        job(1, slots=[cl.dev(f"n1/{i}") for i in range(8)], n=8, started=-600, est=1100),  # ends at 500
+        job(2, slots=[cl.dev(f"n2/{i}") for i in range(8)], n=8, started=-600, est=1500),  # ends at 900
+    ]
+    big = job(20, n=16, est=100)
+    out, plan = _plan(policy(), cl, [big], running)
+    assert out.waiting[20].reason == reasons.RESOURCES
+    assert plan[20][0] == 900
+    assert set(plan[20][1]) == {cl.dev(f"{n}/{i}") for n in ("n1", "n2") for i in range(8)}
+
+
+def test_cordoned_nodes_and_cards_that_never_free_give_no_estimate() -> None:
+    cl = Cluster().node("n1", devices=4).node("n2", devices=4, schedulable=False)
+    forever = job(1, slots=[cl.dev("n1/0")], est=0)  # no estimate, no max duration: no end to plan on
+    bounded = job(2, slots=[cl.dev("n1/1")], est=0, max_duration=3600, started=-600)
+    others = [job(3 + i, slots=[cl.dev(f"n1/{i}")], est=1200) for i in (2, 3)]
+    one = job(20, n=1, est=100, submitted=-300)
+    three = job(21, n=3, est=100, submitted=-200)
+    four = job(22, n=4, est=100, submitted=-100)
+    _, plan = _plan(policy(), cl, [one, three, four], [forever, bounded, *others])
+    assert plan[20][0] == 600  # a card of the 1200 s jobs (started 600 s ago)
+    assert plan[21][0] == 3000  # both of them, and the bounded job's card at its max duration
+    assert 22 not in plan  # all four cards of n1 would be needed; card 0 never frees, n2 is cordoned
+
+
+def test_the_ticks_own_starts_and_promised_cards_count() -> None:
+    cl = Cluster().node("n1", devices=4).node("n2", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 8}), "c": quota()}, grace=300)
+    borrowers = [job(1 + i, "c", slots=[cl.dev(f"n2/{i}")], cls="low", est=50_000) for i in range(4)]
+    starts_now = job(10, "a", n=4, est=1000, submitted=-900)
+    reclaim = job(11, "a", n=4, est=2000, submitted=-800)
+    after = job(12, "a", n=4, est=100, submitted=-700)
+    snap = snapshot(pol, cl, [starts_now, reclaim, after], borrowers)
+    snap.promises = {}
+    out = decide(snap)
+    assert [s.job_id for s in out.starts] == [10]
+    assert out.waiting[11].reason == reasons.PREEMPTION_GRACE and 11 in out.promises
+    plan = {jid: (at - T0, devs) for jid, (at, devs) in plan_starts(snap, out).items()}
+    assert 11 not in plan  # a promised job has its estimate (the deadline) and its cards already
+    # n1 is the started job's until 1000; n2 goes to the promised job at 300 until 2300.
+    assert plan[12] == (1000, tuple(cl.dev(f"n1/{i}") for i in range(4)))
+
+
+def test_quota_and_slice_waits_get_no_estimate_and_the_limit_bounds_the_pass() -> None:
+    cl = Cluster().node("n1", devices=8)
+    pol = policy({"q": quota(max_jobs=0), "a": quota()})
+    running = _busy(cl, "n1", [100, 200, 300, 400, 500, 600, 700, 800])
+    capped = job(20, "q", n=1, submitted=-500)
+    sliced = job(21, "a", vnpu="vir05_1c_8g", submitted=-400)
+    queue = [job(30 + i, "a", n=1, est=100, submitted=-300 + i) for i in range(5)]
+    out, plan = _plan(pol, cl, [capped, sliced, *queue], running)
+    assert out.waiting[20].reason == reasons.QUOTA_MAX_JOBS and 20 not in plan
+    assert 21 not in plan
+    assert [plan[30 + i][0] for i in range(5)] == [100, 200, 200, 300, 300]
+    _, limited = _plan(pol, cl, [capped, sliced, *queue], running, limit=3)
+    assert sorted(limited) == [30, 31, 32]
+
+
+def test_waiting_decisions_come_in_priority_order() -> None:
+    """The pass walks ``Decisions.waiting`` as the queue: it must be the tick's order."""
+    cl = Cluster().node("n1", devices=8).node("n2", chip="910A", devices=8, groups=2)
+    running = _busy(cl, "n1", [100] * 8)
+    pending = [
+        job(
+            100 + i,
+            ("a", "b", "c")[i % 3],
+            n=(1, 2, 4, 8)[i % 4],
+            cls=("high", "normal", "low")[i % 3],
+            user=f"u{i % 5}",
+            submitted=-10 * ((i * 7) % 13),
+            est=300,
+        )
+        for i in range(30)
+    ]
+    snap = snapshot(policy(), cl, pending, running, usage={("a", "u1"): 50.0, ("b", "u2"): 5.0})
+    out = decide(snap)
+    pol = snap.policy
+    from scheduling.engine.decide import Tick
+
+    tick = Tick(snap)
+    fair = tick.fair_share_of()
+    tick.state.release()
+    ordered = order_pending(
+        snap.pending, pol.ordering, class_factors(pol), lambda t, u: fair[(t, u)], T0, lambda j: j.num_devices, 8
+    )
+    expected = [j.id for j in ordered if j.id in out.waiting]
+    assert list(out.waiting) == expected
+
+
+# -- properties over random clusters ------------------------------------------------------------
+
+
+@st.composite
+def _worlds(draw):
+    cl = Cluster()
+    for k in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):
+            cl.node(f"n{k}", chip="910A", devices=8, groups=2, unhealthy=draw(st.sets(st.integers(0, 7), max_size=1)))
+        else:
+            cl.node(f"n{k}", devices=8, unhealthy=draw(st.sets(st.integers(0, 7), max_size=1)))
+    running = []
+    jid = 1
+    for node in cl.nodes:
+        for dev in node.devices:
+            if draw(st.integers(0, 9)) < 7:
+                running.append(
+                    job(
+                        jid,
+                        "a",
+                        slots=[dev.id],
+                        started=-600,
+                        est=draw(st.sampled_from([0, 700, 1300, 4000, 9000])),
+                        max_duration=draw(st.sampled_from([None, 20_000.0])),
+                    )
+                )
+                jid += 1
+    pending = [
+        job(
+            1000 + i,
+            "a",
+            n=draw(st.sampled_from([1, 1, 2, 4, 8, 16])),
+            submitted=-1000 + i,
+            est=draw(st.sampled_from([100, 2000, 8000])),
+            max_duration=draw(st.sampled_from([None, 9000.0])),
+            chip=draw(st.sampled_from([None, "910A", "910B4"])),
+        )
+        for i in range(draw(st.integers(1, 14)))
+    ]
+    return cl, running, pending
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_worlds())
+def test_the_plan_never_puts_two_jobs_on_a_card_and_keeps_the_placement_rules(world) -> None:
+    cl, running, pending = world
+    snap = snapshot(policy(), cl, pending, running)
+    out = decide(snap)
+    plan = plan_starts(snap, out)
+    now = T0
+    devices = {d.id: (n, d) for n in cl.nodes for d in n.devices}
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for r in running:
+        busy.setdefault(r.slots[0].device_id, []).append((now, expected_end(r, now)))
+    jobs = {j.id: j for j in pending}
+    for s in out.starts:
+        j = jobs[s.job_id]
+        end = now + (j.estimated_duration_s or j.max_duration_s or math.inf)
+        for slot in s.slots:
+            busy.setdefault(slot.device_id, []).append((now, end))
+    for jid, (at, devs) in plan.items():
+        j = jobs[jid]
+        assert out.waiting[jid].reason in (reasons.RESOURCES, reasons.PRIORITY)
+        assert at >= now
+        assert len(devs) == len(set(devs)) == j.num_devices
+        nodes = {devices[d][0].name for d in devs}
+        chips = {devices[d][1].chip_model for d in devs}
+        assert len(chips) == 1 and (j.chip_model is None or chips == {j.chip_model})
+        assert all(devices[d][1].usable and devices[d][0].schedulable for d in devs)
+        if j.num_devices <= 8:
+            assert len(nodes) == 1
+        if j.num_devices <= 4 and chips == {"910A"}:
+            assert len({devices[d][1].topology_group for d in devs}) == 1
+        if j.num_devices > 8:
+            assert all(sum(1 for d in devs if devices[d][0].name == n) == 8 for n in nodes)
+        end = at + (j.estimated_duration_s or j.max_duration_s or math.inf)
+        for d in devs:
+            busy.setdefault(d, []).append((at, end))
+    for d, spans in busy.items():
+        spans.sort()
+        for (_, e1), (s2, _) in itertools.pairwise(spans):
+            assert s2 >= e1, f"card {d} planned twice: {spans}"
+    # The first job waiting for capacity, on a one-model cluster, starts when decide said.
+    if len({d.chip_model for n in cl.nodes for d in n.devices}) == 1:
+        first = next((w for w in out.waiting.values() if w.reason == reasons.RESOURCES), None)
+        if first is not None and first.estimated_start is not None and first.job_id in plan:
+            assert plan[first.job_id][0] == first.estimated_start
