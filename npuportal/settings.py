@@ -199,6 +199,11 @@ AGENT_MISSED_POLLS = int(os.environ.get("NPUPORTAL_AGENT_MISSED_POLLS", "3"))
 AGENT_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_AGENT_REJOIN_POLLS", "3"))
 #: Polls in a row a degraded or failed device must look better before it rejoins (flap damping).
 HEALTH_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_HEALTH_REJOIN_POLLS", "3"))
+#: Waiting jobs per tick given an estimated start by the planning pass after the decision
+#: (``scheduling.engine.estimate``; highest priority first, like Slurm's ``bf_max_job_test``). 0: none.
+ESTIMATE_MAX_JOBS = int(os.environ.get("NPUPORTAL_ESTIMATE_MAX_JOBS", "2000"))
+#: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
+ESTIMATE_INTERVAL_S = float(os.environ.get("NPUPORTAL_ESTIMATE_INTERVAL", "30"))
 #: /healthz reports the tick as stale past this age.
 TICK_STALE_AFTER_S = float(os.environ.get("NPUPORTAL_TICK_STALE_AFTER", "60"))
 

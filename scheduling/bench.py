@@ -8,6 +8,8 @@ Prints JSON with three parts:
   decide, persist — on the same synthetic cluster written to a scratch
   database (``<name>_bench`` on PostgreSQL, ``var/bench.sqlite3`` on SQLite),
   with a few running jobs finishing between ticks so every tick has work;
+  ``db.with_estimates`` times ticks that also run the planning pass of
+  estimated starts (the others run between two passes);
 - the sizes measured.
 
 The user's own database is never touched.
@@ -214,6 +216,8 @@ def _finish_some(rng: random.Random, count: int) -> int:
 
 
 def bench_db(args: argparse.Namespace) -> dict[str, Any]:
+    """The database tick, median of ``args.ticks``; ``with_estimates``: ticks that run the planning pass."""
+    from django.conf import settings
     from django.db import connection
 
     from scheduling.engine.bench_core import make_synthetic_snapshot
@@ -222,27 +226,41 @@ def bench_db(args: argparse.Namespace) -> dict[str, Any]:
     snapshot = make_synthetic_snapshot(args.pending, args.nodes, 8, args.busy, args.teams, args.seed)
     _populate(snapshot)
     rng = random.Random(args.seed)
-    ticks = []
-    for i in range(args.ticks + 1):
-        if i:
-            _finish_some(rng, args.finish_per_tick)
-        r = run_tick()
-        ticks.append(
-            {
-                "total_ms": r.duration_ms,
-                "load_ms": r.load_ms,
-                "decide_ms": r.decide_ms,
-                "persist_ms": r.persist_ms,
-                "starts": len(r.started),
-                "waiting": r.waiting,
-            }
-        )
+
+    def run(count: int, first: bool) -> list[dict[str, Any]]:
+        ticks = []
+        for i in range(count):
+            if i or not first:
+                _finish_some(rng, args.finish_per_tick)
+            r = run_tick()
+            ticks.append(
+                {
+                    "total_ms": r.duration_ms,
+                    "load_ms": r.load_ms,
+                    "decide_ms": r.decide_ms,
+                    "estimate_ms": r.estimate_ms,
+                    "persist_ms": r.persist_ms,
+                    "starts": len(r.started),
+                    "waiting": r.waiting,
+                }
+            )
+        return ticks
+
+    # The ticks between two planning passes (one every ESTIMATE_INTERVAL_S, 30 s by
+    # default; these ticks come seconds apart), then ticks that each run the pass.
+    ticks = run(args.ticks + 1, True)
     first, steady = ticks[0], ticks[1:]
+    interval = settings.ESTIMATE_INTERVAL_S
+    settings.ESTIMATE_INTERVAL_S = 0
+    try:
+        planning = run(args.ticks, False) if settings.ESTIMATE_MAX_JOBS > 0 else []
+    finally:
+        settings.ESTIMATE_INTERVAL_S = interval
 
-    def med(key: str) -> float:
-        return round(statistics.median(t[key] for t in steady), 1)
+    def med(key: str, rows: list[dict[str, Any]] = steady) -> float:
+        return round(statistics.median(t[key] for t in rows), 1)
 
-    return {
+    out = {
         "database": connection.vendor,
         "pending": args.pending,
         "devices": args.nodes * 8,
@@ -257,6 +275,16 @@ def bench_db(args: argparse.Namespace) -> dict[str, Any]:
         "ticks": len(steady),
         "starts_per_tick": [t["starts"] for t in steady],
     }
+    if planning:
+        out["with_estimates"] = {
+            "max_jobs": settings.ESTIMATE_MAX_JOBS,
+            "median_ms": med("total_ms", planning),
+            "max_ms": round(max(t["total_ms"] for t in planning), 1),
+            "median_estimate_ms": med("estimate_ms", planning),
+            "median_persist_ms": med("persist_ms", planning),
+            "ticks": len(planning),
+        }
+    return out
 
 
 def _rounded(value: Any) -> Any:

@@ -158,6 +158,9 @@ class TickRecord(models.Model):
     starts = models.PositiveIntegerField(default=0)
     preemptions = models.PositiveIntegerField(default=0)
     evictions = models.PositiveIntegerField(default=0)
+    #: Time of the planning pass that estimated the later waiting jobs' starts; ``None``: it did not
+    #: run in this tick (it runs every ``ESTIMATE_INTERVAL_S``, see ``services.tick``).
+    estimate_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]

@@ -15,11 +15,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from quotas.services import active_policy
 from scheduling.engine.decide import decide
+from scheduling.engine.estimate import CAPACITY_REASONS, estimate_starts
 from scheduling.engine.snapshot import Decisions, Snapshot
 from scheduling.models import Allocation, Job, JobEvent, JobPromise, TickRecord
 from scheduling.services.snapshot import LoadedState, load_snapshot
@@ -39,6 +41,8 @@ class TickResult:
     policy_version: int | None = None
     duration_ms: float = 0.0
     decide_ms: float = 0.0
+    #: The planning pass that gives later waiting jobs an estimated start (after ``decide``).
+    estimate_ms: float = 0.0
     load_ms: float = 0.0
     persist_ms: float = 0.0
 
@@ -84,16 +88,22 @@ def _run_tick(now: datetime | None) -> TickResult:
         t1 = time.perf_counter()
         decisions = decide(snapshot)
         t2 = time.perf_counter()
-        _persist(snapshot, loaded, decisions, active.version, result)
+        estimated = _estimate_due(now)
+        if estimated:
+            estimate_starts(snapshot, decisions, settings.ESTIMATE_MAX_JOBS)
+        t2b = time.perf_counter()
+        _persist(snapshot, loaded, decisions, active.version, result, keep_estimates=not estimated)
         t3 = time.perf_counter()
         result.load_ms = (t1 - t0) * 1000
         result.decide_ms = (t2 - t1) * 1000
-        result.persist_ms = (t3 - t2) * 1000
+        result.estimate_ms = (t2b - t2) * 1000
+        result.persist_ms = (t3 - t2b) * 1000
         result.duration_ms = (t3 - t0) * 1000
         TickRecord.objects.create(
             started_at=now,
             duration_ms=result.duration_ms,
             decide_ms=result.decide_ms,
+            estimate_ms=result.estimate_ms if estimated else None,
             policy=active.record,
             policy_version=active.version,
             pending=len(snapshot.pending),
@@ -106,6 +116,28 @@ def _run_tick(now: datetime | None) -> TickResult:
             started, evicted = list(result.started), list(result.evicted)
             transaction.on_commit(lambda: _dispatch(started, evicted))
     return result
+
+
+def _estimate_due(now: datetime) -> bool:
+    """Whether this tick runs the planning pass (``ESTIMATE_INTERVAL_S`` since the last one).
+
+    Each pass moves the estimates of every job behind a job that ended early,
+    often thousands of rows; once per interval is what users can read, and the
+    ticks between keep what the last pass stored. The last pass is found in the
+    tick records, so every worker agrees under the tick's lock.
+    """
+    if settings.ESTIMATE_MAX_JOBS <= 0:
+        return False
+    interval = settings.ESTIMATE_INTERVAL_S
+    if interval <= 0:
+        return True
+    last = (
+        TickRecord.objects.filter(estimate_ms__isnull=False)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    return last is None or not 0 <= (now - last).total_seconds() < interval
 
 
 def _dispatch(started: list[int], evicted: list[int]) -> None:
@@ -163,8 +195,18 @@ def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
 
 
 def _persist(
-    snapshot: Snapshot, loaded: LoadedState, decisions: Decisions, version: int | None, result: TickResult
+    snapshot: Snapshot,
+    loaded: LoadedState,
+    decisions: Decisions,
+    version: int | None,
+    result: TickResult,
+    keep_estimates: bool = False,
 ) -> None:
+    """Write the decisions; ``keep_estimates``: the planning pass did not run, keep what it stored.
+
+    A job still waiting for capacity with the same reason keeps its stored
+    estimate until the next pass, where ``decide`` gives it none.
+    """
     now = snapshot.now
     policy = snapshot.policy
     events: list[JobEvent] = []
@@ -269,6 +311,8 @@ def _persist(
         if old is None:
             continue
         est = round(wait.estimated_start) if wait.estimated_start is not None else None
+        if est is None and keep_estimates and old[0] == wait.reason and wait.reason in CAPACITY_REASONS:
+            est = old[2]
         detail = wait.detail[:300]
         if (old[0], old[1], old[2]) != (wait.reason, detail, est):
             changed.append((wait.reason, detail, adapt(_dt(est)), job_id))

@@ -1,0 +1,86 @@
+"""Estimated starts for the whole queue through the database tick (``ESTIMATE_*`` settings)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from quotas.services import create_version
+from scheduling.models import Job, TickRecord
+from scheduling.services.jobs import cancel_job
+from scheduling.services.tick import run_tick
+
+pytestmark = pytest.mark.django_db
+
+POLICY = """\
+apiVersion: npuportal/v1
+kind: SchedulingPolicy
+metadata: {name: estimates}
+spec:
+  timezone: UTC
+  teams:
+    - {name: training, shares: 1, quota: {max: {devices: 28}}}
+"""
+
+
+def _submit(client, n: int, seconds: int) -> int:
+    body = {"name": f"{n}x{seconds}", "command": "sleep 1", "estimated_duration_s": seconds, "num_devices": n}
+    resp = client.post("/api/v1/jobs/", {**body, "chip_model": "910A"}, format="json")
+    assert resp.status_code == 201, resp.json()
+    return resp.json()["id"]
+
+
+def _estimate(job_id: int):
+    return Job.objects.get(pk=job_id).estimated_start
+
+
+def test_jobs_behind_the_first_blocked_one_get_an_estimate_every_interval(demo, api, user_factory, settings) -> None:
+    settings.ESTIMATE_INTERVAL_S = 30
+    settings.ESTIMATE_MAX_JOBS = 100
+    create_version(POLICY, author=None, comment="test")
+    lead = user_factory("tina", team="training", role="lead")
+    client = api(lead)
+    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    first = _submit(client, 8, 3600)  # the whole 910A server
+    assert run_tick(t0).started == [first]
+
+    second = _submit(client, 8, 1800)
+    ring_a = _submit(client, 4, 600)
+    ring_b = _submit(client, 4, 600)
+    run_tick(t0 + timedelta(seconds=30))  # the pass ran at t0 (nothing waited), and runs again
+    # The first blocked job: decide's shadow time. Behind it, the plan: both rings once it ends.
+    assert _estimate(second) == t0 + timedelta(seconds=3600)
+    assert _estimate(ring_a) == t0 + timedelta(seconds=5400)
+    assert _estimate(ring_b) == t0 + timedelta(seconds=5400)
+    api_view = client.get(f"/api/v1/jobs/{ring_a}/").json()
+    assert api_view["pending_reason"] == "Resources" and api_view["estimated_start"] is not None
+
+    # Within the interval the pass does not run and the stored estimates stay.
+    cancel_job(second, actor=lead)
+    run_tick(t0 + timedelta(seconds=40))
+    ticks = list(TickRecord.objects.order_by("started_at").values_list("estimate_ms", flat=True))
+    assert ticks[0] is not None and ticks[1] is not None and ticks[2] is None
+    assert _estimate(ring_b) == t0 + timedelta(seconds=5400)
+
+    # The next pass sees the cancelled job gone: both rings when the first job ends.
+    run_tick(t0 + timedelta(seconds=60))
+    assert TickRecord.objects.order_by("-started_at").first().estimate_ms is not None
+    assert _estimate(ring_a) == t0 + timedelta(seconds=3600)
+    assert _estimate(ring_b) == t0 + timedelta(seconds=3600)
+
+
+def test_no_pass_without_a_budget(demo, api, user_factory, settings) -> None:
+    settings.ESTIMATE_MAX_JOBS = 0
+    create_version(POLICY, author=None, comment="test")
+    client = api(user_factory("tina", team="training", role="lead"))
+    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    first = _submit(client, 8, 3600)
+    assert run_tick(t0).started == [first]
+    second, third = _submit(client, 8, 1800), _submit(client, 8, 600)
+    run_tick(t0 + timedelta(seconds=10))
+    assert _estimate(second) == t0 + timedelta(seconds=3600)  # decide's own
+    assert _estimate(third) is None
+    assert TickRecord.objects.filter(estimate_ms__isnull=False).count() == 0
+
