@@ -10,7 +10,7 @@ from django.utils import timezone
 from quotas.services import create_version
 from scheduling.models import Job, TickRecord
 from scheduling.services.jobs import cancel_job
-from scheduling.services.tick import run_tick
+from scheduling.services.tick import adapt, run_tick
 
 pytestmark = pytest.mark.django_db
 
@@ -84,3 +84,32 @@ def test_no_pass_without_a_budget(demo, api, user_factory, settings) -> None:
     assert _estimate(third) is None
     assert TickRecord.objects.filter(estimate_ms__isnull=False).count() == 0
 
+
+def test_waits_are_written_in_batches_with_every_value_in_its_row(demo, user_factory) -> None:
+    """More rows than one statement takes (1,000 on PostgreSQL): each row gets its own values."""
+    from datetime import UTC, datetime
+
+    from quotas.models import Team
+    from scheduling.services.tick import _write_waits
+
+    user = user_factory("tina", team="training")
+    now = timezone.now()
+    jobs = Job.objects.bulk_create(
+        Job(team=Team.objects.get(name="training"), submitter=user, name="x", command="true",
+            priority_class="normal", submitted_at=now)
+        for _ in range(2100)
+    )  # fmt: skip
+    base = 1_800_000_000
+    rows = [
+        (
+            "Resources" if i % 2 else "Priority",
+            f"detail 'quoted' {i}",
+            datetime.fromtimestamp(base + 60 * i, tz=UTC),
+            j.id,
+        )
+        for i, j in enumerate(jobs)
+    ]
+    rows[7] = ("Resources", "", None, jobs[7].id)
+    _write_waits([(r, d, adapt(e), jid) for r, d, e, jid in rows])
+    stored = {j.id: (j.pending_reason, j.pending_detail, j.estimated_start) for j in Job.objects.filter(name="x")}
+    assert stored == {jid: (r, d, e) for r, d, e, jid in rows}
