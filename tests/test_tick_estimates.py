@@ -113,3 +113,22 @@ def test_waits_are_written_in_batches_with_every_value_in_its_row(demo, user_fac
     _write_waits([(r, d, adapt(e), jid) for r, d, e, jid in rows])
     stored = {j.id: (j.pending_reason, j.pending_detail, j.estimated_start) for j in Job.objects.filter(name="x")}
     assert stored == {jid: (r, d, e) for r, d, e, jid in rows}
+
+
+def test_the_console_queue_shows_the_day_and_time_of_an_estimate(demo, api, user_factory, client) -> None:
+    """An estimate can be days away: the job list shows its date, not only the time of day."""
+    create_version(POLICY, author=None, comment="test")
+    lead = user_factory("tina", team="training", role="lead")
+    rest = api(lead)
+    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    first = _submit(rest, 8, 3 * 86400)  # three days on the whole 910A server
+    assert run_tick(t0).started == [first]
+    second = _submit(rest, 8, 600)
+    behind = _submit(rest, 4, 600)
+    run_tick(t0 + timedelta(seconds=40))
+    when = t0 + timedelta(days=3, seconds=600)
+    assert _estimate(behind) == when
+    client.force_login(lead)
+    page = client.get("/jobs/").content.decode()
+    assert f"estimated start {timezone.localtime(when):%b} {timezone.localtime(when).day}, " in page
+    assert _estimate(second) == t0 + timedelta(days=3)
