@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -79,6 +80,21 @@ def _parse_start(text: str) -> datetime:
     return value
 
 
+def _parse_seconds(text: str) -> float:
+    """Seconds as a number or with a unit (``30``, ``15m``, ``1h``, ``1d``); 0 turns it off."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    raw = text.strip()
+    scale = units.get(raw[-1:].lower(), 1.0) if raw else 1.0
+    number = raw[:-1] if raw[-1:].lower() in units else raw
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 3600, 30m or 1h)") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a duration of 0 or more")
+    return value
+
+
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["job_id"])
@@ -123,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs-out",
         help="also write one CSV row per job (wait, start, end, preemptions); the baseline's in NAME-baseline.csv",
     )
+    parser.add_argument(
+        "--estimates-every",
+        type=_parse_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="also run the planning pass of estimated starts this often (simulated time) and report how far "
+        "each job's first estimate was from its start (metrics 'estimates')",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -161,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             start=args.start,
             class_map=args.class_map,
             job_records=bool(args.jobs_out),
+            estimates_every=args.estimates_every,
         )
     except SimulationError as exc:
         err.write(f"error: the scheduling core made an impossible decision: {exc}\n")

@@ -36,7 +36,7 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -70,6 +70,9 @@ FAIRNESS_WINDOW_S = 3600.0
 CLOCK_TAIL_S = 35 * 86400.0
 #: Guard against a core that keeps evicting at one timestamp.
 MAX_DECIDES_PER_INSTANT = 50
+#: Jobs a sampled planning pass estimates (``estimates_every``): the database tick's default
+#: ``ESTIMATE_MAX_JOBS``, so the replay measures the estimates users are shown.
+ESTIMATE_LIMIT = 2000
 _EPS = 1e-9
 
 #: Skip reasons (keys of ``jobs.skipped_by_reason``).
@@ -102,6 +105,8 @@ class SimJob:
     chip: str = ""  # chip model of the devices it runs on
     preempted: int = 0
     end: float | None = None  # completion or cancellation time
+    #: The first estimated start a sampled planning pass gave it (``estimates_every``).
+    first_estimate: float | None = None
 
 
 def _default_class(policy: Policy) -> str:
@@ -632,8 +637,15 @@ class Simulation:
         progress: ProgressFn | None = None,
         check_quota: bool = True,
         promises: bool = True,
+        estimates_every: float = 0.0,
     ) -> None:
-        """``promises=False`` does not hand the core's promises back (what a caller without them gets)."""
+        """``promises=False`` does not hand the core's promises back (what a caller without them gets).
+
+        ``estimates_every`` > 0: every that many simulated seconds, the first decide
+        after it is followed by the tick's planning pass (``estimate.estimate_starts``,
+        ``ESTIMATE_LIMIT`` jobs), and each job's first estimate is compared with its
+        start (``metrics["estimates"]``): how far the time a user was shown was off.
+        """
         self.jobs = jobs
         self.by_id = {j.state.id: j for j in jobs}
         self.cluster = cluster
@@ -719,6 +731,12 @@ class Simulation:
         self.last_waiting: dict[int, Wait] = {}
         self.done = 0
         self.now = 0.0
+        self.estimates_every = estimates_every if not fifo else 0.0
+        self.next_estimate = -math.inf
+        self.estimate_passes = 0
+        self.estimate_s = 0.0
+        #: Start minus first estimate, per job that had one and started.
+        self.estimate_errors: list[float] = []
 
     # -- event loop ----------------------------------------------------------------------------
 
@@ -835,6 +853,8 @@ class Simulation:
             decisions = self.decide_fn(snapshot)
             self.decide_s += time.perf_counter() - c0
             self.decide_calls += 1
+            if self.estimates_every > 0 and t >= self.next_estimate and decisions.waiting:
+                self._sample_estimates(snapshot, decisions, t)
             if self.keep_promises:
                 self.promises = decisions.promises
             again, started_teams = self._apply(decisions, t, snapshot.now)
@@ -845,6 +865,24 @@ class Simulation:
             if not again or not self.pending:
                 break
         return started_any
+
+    def _sample_estimates(self, snapshot: Snapshot, decisions: Decisions, t: float) -> None:
+        """Run the planning pass on a copy of the waits; remember each job's first estimate."""
+        from scheduling.engine.estimate import estimate_starts
+
+        self.next_estimate = t + self.estimates_every
+        waiting = {k: replace(w) for k, w in decisions.waiting.items()}  # the decisions stay as decided
+        copy = Decisions(decisions.starts, decisions.preemptions, decisions.evictions, waiting, decisions.promises)
+        c0 = time.perf_counter()
+        estimate_starts(snapshot, copy, ESTIMATE_LIMIT)
+        self.estimate_s += time.perf_counter() - c0
+        self.estimate_passes += 1
+        by_id = self.by_id
+        for job_id, wait in copy.waiting.items():
+            if wait.estimated_start is not None:
+                sj = by_id[job_id]
+                if sj.first_estimate is None and sj.first_start is None:
+                    sj.first_estimate = wait.estimated_start
 
     def _running_delta(self) -> RunningDelta:
         """The running list's changes since the last snapshot (and start counting anew)."""
@@ -929,6 +967,8 @@ class Simulation:
         self._rate(sj, +sj.units, t)
         if sj.first_start is None:
             sj.first_start = t
+            if sj.first_estimate is not None:
+                self.estimate_errors.append(t - sj.first_estimate)
             wait = t - js.submitted_at
             self.waits.append(wait)
             self.class_waits[js.priority_class].append(wait)
@@ -1162,10 +1202,31 @@ class Simulation:
                 "skipped": self.decide_skipped,
                 "seconds": round(self.decide_s, 3),
             },
+            **({"estimates": self._estimate_metrics()} if self.estimates_every > 0 else {}),
             "start": datetime.fromtimestamp(first, tz=UTC).isoformat(),
             "end": datetime.fromtimestamp(end, tz=UTC).isoformat(),
             "span_s": round(span, 3),
             "wall_s": round(wall_s, 3),
+        }
+
+    def _estimate_metrics(self) -> dict[str, Any]:
+        """How far started jobs' first estimates were off (start minus estimate: > 0 is late)."""
+        errors = sorted(self.estimate_errors)
+        late = [e for e in errors if e > 60.0]
+        early = [-e for e in errors if e < -60.0]
+        absolute = sorted(abs(e) for e in errors)
+        n = len(errors)
+        return {
+            "every_s": self.estimates_every,
+            "passes": self.estimate_passes,
+            "seconds": round(self.estimate_s, 3),
+            "jobs": n,
+            "error_s": {f"p{q}": round(_percentile(errors, q), 3) if errors else None for q in (5, 25, 50, 75, 95)},
+            "abs_error_s": _summary(absolute),
+            "within_60s": round(sum(1 for e in absolute if e <= 60.0) / n, 6) if n else None,
+            "within_1h": round(sum(1 for e in absolute if e <= 3600.0) / n, 6) if n else None,
+            "started_later": {"share": round(len(late) / n, 6) if n else None, "by_s": _summary(late)},
+            "started_sooner": {"share": round(len(early) / n, 6) if n else None, "by_s": _summary(early)},
         }
 
 
@@ -1248,6 +1309,7 @@ def run_simulation(
     job_records: bool = False,
     decide_fn: DecideFn | None = None,
     promises: bool = True,
+    estimates_every: float = 0.0,
 ) -> dict[str, Any]:
     """Replay ``trace_rows`` on ``cluster`` under ``policy`` through ``decide``.
 
@@ -1260,7 +1322,9 @@ def run_simulation(
     one by tenant. ``job_records`` adds ``"job_records": {"policy": [...], "baseline": [...]}``,
     one dict per job (:meth:`Simulation.job_records`). ``decide_fn`` replaces the core (tests only);
     ``promises=False`` drops the promises ``decide`` returns instead of handing them back
-    (``snapshot.Promise``; for comparing with a core that has none).
+    (``snapshot.Promise``; for comparing with a core that has none). ``estimates_every`` > 0
+    samples the planning pass of estimated starts and adds ``"estimates"`` to the metrics
+    (see :class:`Simulation`).
     """
     if baseline not in (None, "fifo"):
         raise ValueError(f"unknown baseline {baseline!r} (known: fifo)")
@@ -1279,7 +1343,16 @@ def run_simulation(
         "class_map": dict(class_map or {}),
     }
     out: dict[str, Any] = {"input": info}
-    sim = Simulation(jobs, spec, policy, decide_fn=decide_fn, epoch=epoch, progress=progress, promises=promises)
+    sim = Simulation(
+        jobs,
+        spec,
+        policy,
+        decide_fn=decide_fn,
+        epoch=epoch,
+        progress=progress,
+        promises=promises,
+        estimates_every=estimates_every,
+    )
     out["policy"] = _with_input(sim.run(), info)
     records = {"policy": sim.job_records()} if job_records else {}
     if baseline == "fifo":

@@ -171,3 +171,14 @@ def test_progress_bar_draws_on_one_line() -> None:
     quiet = io.StringIO()
     ProgressBar(quiet, "policy", enabled=False)(10, 10)
     assert quiet.getvalue() == ""
+
+
+def test_estimates_every_takes_a_duration_and_adds_the_estimate_metrics(tmp_path: Path) -> None:
+    done = _bad(tmp_path, extra=("--estimates-every", "soon"))
+    assert done.returncode == 2 and "--estimates-every" in done.stderr and "not a duration" in done.stderr
+    done = _bad(tmp_path, extra=("--estimates-every=-5m",))
+    assert done.returncode == 2 and "0 or more" in done.stderr
+    done = _bad(tmp_path, extra=("--estimates-every", "15m", "--quiet"))
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((tmp_path / "m.json").read_text())["policy"]
+    assert metrics["estimates"]["every_s"] == 900.0

@@ -203,3 +203,28 @@ def test_a_monthly_budget_resets_at_the_month_start() -> None:
     m = _metrics(rows, make_cluster(1, 2), policy)["policy"]
     assert m["jobs"]["completed"] == 2
     assert m["wait_s"]["overall"]["max"] == 31 * 86400  # 2024-01-01 -> 2024-02-01
+
+
+def test_first_estimates_are_compared_with_the_starts() -> None:
+    # One 8-card node. A runs 0-1000. B (t=10) is the first blocked job: decide's estimate 1000.
+    # C (t=20) is behind it: the planning pass says 1500 (B's end). Both start exactly then.
+    rows = [row("A", 0, 1000, 8), row("B", 10, 500, 8), row("C", 20, 100, 8)]
+    m = run_simulation(rows, make_cluster(1, 8), make_policy(), estimates_every=1.0)["policy"]
+    est = m["estimates"]
+    assert est["jobs"] == 2 and est["passes"] >= 2
+    assert est["error_s"]["p50"] == 0 and est["abs_error_s"]["max"] == 0
+    assert est["within_60s"] == 1.0 and est["started_later"]["share"] == 0.0
+
+
+def test_a_job_overtaken_by_a_higher_class_starts_later_than_first_estimated() -> None:
+    # B's first estimate (t=10) is 1000; a high-class C (t=30) takes the node at 1000 for 400 s, so B
+    # starts at 1400: 400 s later than it was shown. C's own first estimate, 1000, holds.
+    rows = [row("A", 0, 1000, 8), row("B", 10, 500, 8), row("C", 30, 400, 8, priority_class="high")]
+    m = run_simulation(rows, make_cluster(1, 8), make_policy(), estimates_every=1.0)["policy"]
+    est = m["estimates"]
+    assert est["jobs"] == 2
+    assert est["started_later"]["share"] == 0.5 and est["started_later"]["by_s"]["max"] == 400
+    assert est["abs_error_s"]["p50"] == 200  # of [0, 400]
+    # Sampling the estimates changes no decision.
+    plain = run_simulation(rows, make_cluster(1, 8), make_policy())["policy"]
+    assert "estimates" not in plain and plain["wait_s"] == m["wait_s"]
