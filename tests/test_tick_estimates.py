@@ -85,6 +85,22 @@ def test_no_pass_without_a_budget(demo, api, user_factory, settings) -> None:
     assert TickRecord.objects.filter(estimate_ms__isnull=False).count() == 0
 
 
+def test_turning_the_pass_off_clears_the_estimates_it_stored(demo, api, user_factory, settings) -> None:
+    settings.ESTIMATE_MAX_JOBS = 100
+    create_version(POLICY, author=None, comment="test")
+    client = api(user_factory("tina", team="training", role="lead"))
+    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    first = _submit(client, 8, 3600)
+    assert run_tick(t0).started == [first]
+    second, third = _submit(client, 8, 1800), _submit(client, 8, 600)
+    run_tick(t0 + timedelta(seconds=30))
+    assert _estimate(third) == t0 + timedelta(seconds=5400)
+    settings.ESTIMATE_MAX_JOBS = 0
+    run_tick(t0 + timedelta(seconds=40))
+    assert _estimate(second) == t0 + timedelta(seconds=3600)
+    assert _estimate(third) is None
+
+
 def test_waits_are_written_in_batches_with_every_value_in_its_row(demo, user_factory) -> None:
     """More rows than one statement takes (1,000 on PostgreSQL): each row gets its own values."""
     from datetime import UTC, datetime

@@ -92,7 +92,8 @@ def _run_tick(now: datetime | None) -> TickResult:
         if estimated:
             estimate_starts(snapshot, decisions, settings.ESTIMATE_MAX_JOBS)
         t2b = time.perf_counter()
-        _persist(snapshot, loaded, decisions, active.version, result, keep_estimates=not estimated)
+        keep = not estimated and settings.ESTIMATE_MAX_JOBS > 0  # turned off: clear what passes stored
+        _persist(snapshot, loaded, decisions, active.version, result, keep_estimates=keep)
         t3 = time.perf_counter()
         result.load_ms = (t1 - t0) * 1000
         result.decide_ms = (t2 - t1) * 1000
