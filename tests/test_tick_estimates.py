@@ -148,3 +148,28 @@ def test_the_console_queue_shows_the_day_and_time_of_an_estimate(demo, api, user
     page = client.get("/jobs/").content.decode()
     assert f"estimated start {timezone.localtime(when):%b} {timezone.localtime(when).day}, " in page
     assert _estimate(second) == t0 + timedelta(days=3)
+
+
+def test_a_fault_in_the_planning_pass_does_not_stop_the_tick(demo, api, user_factory, monkeypatch, caplog) -> None:
+    """Estimates change no decision: if the pass fails, jobs still start and stored estimates stay."""
+    from scheduling.services import tick
+
+    create_version(POLICY, author=None, comment="test")
+    client = api(user_factory("tina", team="training", role="lead"))
+    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    first = _submit(client, 8, 3600)
+    second, third, fourth = _submit(client, 8, 1800), _submit(client, 8, 600), _submit(client, 8, 60)
+    run_tick(t0)
+    assert _estimate(fourth) == t0 + timedelta(seconds=6000)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the planner")
+
+    monkeypatch.setattr(tick, "estimate_starts", broken)
+    cancel_job(first, actor=None)
+    result = run_tick(t0 + timedelta(seconds=60))
+    assert result.started == [second]
+    assert "planning pass of estimated starts failed" in caplog.text
+    assert _estimate(third) == t0 + timedelta(seconds=1860)  # decide's own: the first blocked job now
+    assert _estimate(fourth) == t0 + timedelta(seconds=6000)  # the pass's, kept, not cleared
+    assert TickRecord.objects.order_by("-started_at").first().estimate_ms is None

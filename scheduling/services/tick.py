@@ -90,7 +90,11 @@ def _run_tick(now: datetime | None) -> TickResult:
         t2 = time.perf_counter()
         estimated = _estimate_due(now)
         if estimated:
-            estimate_starts(snapshot, decisions, settings.ESTIMATE_MAX_JOBS)
+            try:
+                estimate_starts(snapshot, decisions, settings.ESTIMATE_MAX_JOBS)
+            except Exception:  # estimates change no decision: a fault there must not stop scheduling
+                log.exception("the planning pass of estimated starts failed; stored estimates are kept")
+                estimated = False
         t2b = time.perf_counter()
         keep = not estimated and settings.ESTIMATE_MAX_JOBS > 0  # turned off: clear what passes stored
         _persist(snapshot, loaded, decisions, active.version, result, keep_estimates=keep)
