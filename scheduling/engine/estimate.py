@@ -105,6 +105,11 @@ class _Plan:
         self.by_chip: dict[str, list[_Node]] = {}
         for node in nodes:
             self.by_chip.setdefault(node.chip, []).append(node)
+        #: ``(cards per node, cards per topology group)`` of each chip model (the largest node's).
+        self.layout: dict[str, tuple[int, int]] = {}
+        for chip, of_chip in self.by_chip.items():
+            biggest = max(of_chip, key=lambda node: node.size)
+            self.layout[chip] = (biggest.size, max(biggest.size // max(len(biggest.groups), 1), 1))
         #: ``(chip, kind, m)`` -> heap of ``(time, node index in by_chip, generation, group)``.
         self.heaps: dict[tuple[str, str, int], list[tuple[float, int, int, int]]] = {}
         #: The same heaps by chip, as ``(kind, m, heap)``: what a change on one node updates.
@@ -116,7 +121,7 @@ class _Plan:
                 if t < INF:
                     yield (t, i, node.gen, gi)
         elif kind == "groups":
-            full = sorted(t for t, _ in node.group_times(node_group_size(node)))
+            full = sorted(t for t, _ in node.group_times(self.layout[node.chip][1]))
             if len(full) >= m and full[m - 1] < INF:
                 yield (full[m - 1], i, node.gen, -1)
         else:
@@ -216,10 +221,6 @@ class _Plan:
                     push(heap, entry)
 
 
-def node_group_size(node: _Node) -> int:
-    return max(node.size // max(len(node.groups), 1), 1)
-
-
 def _duration(job: JobState) -> float:
     """How long a planned job keeps its cards: its estimate, else its max duration, else forever."""
     return job.estimated_duration_s or job.max_duration_s or INF
@@ -286,10 +287,7 @@ def plan_starts(
             busy[d] = at + _duration(job)
     plan = _Plan(_build(snapshot, busy, now))
     chips = list(plan.by_chip)
-    layout: dict[str, tuple[int, int]] = {}
-    for chip, nodes in plan.by_chip.items():
-        size = max(node.size for node in nodes)
-        layout[chip] = (size, max(size // max(len(nodes[0].groups), 1), 1))
+    layout = plan.layout
     out: dict[int, tuple[float, tuple[int, ...]]] = {}
     planned = 0
     for jid, wait in decisions.waiting.items():
