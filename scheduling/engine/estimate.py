@@ -14,8 +14,9 @@ order), on a copy of the cluster's future:
   them when they come free or at the promised time, whichever is later;
 * each job waiting for capacity (``Resources`` or ``Priority``) takes, by the
   placement rules (one topology group, whole groups of one node, or whole
-  nodes), the cards that let it start earliest; it keeps them for its
-  estimated duration. That start is its estimate. Earlier in the order comes
+  nodes), the cards that let it start earliest, on a chip model its team's
+  ``max`` for that model leaves room for; it keeps them for its estimated
+  duration. That start is its estimate. Earlier in the order comes
   first: this is a plan without backfill, so a job may start sooner than
   estimated (backfill, jobs ending early) or later (a higher job submitted
   meanwhile, a reservation held for other classes, quota).
@@ -38,6 +39,8 @@ from collections.abc import Iterable
 
 from scheduling.engine import reasons
 from scheduling.engine.capacity import expected_end
+from scheduling.engine.policy import chip_resource
+from scheduling.engine.quota import quota_in_force
 from scheduling.engine.snapshot import Decisions, JobState, Snapshot
 
 INF = math.inf
@@ -288,6 +291,19 @@ def plan_starts(
     plan = _Plan(_build(snapshot, busy, now))
     chips = list(plan.by_chip)
     layout = plan.layout
+    # Chip models a team's ``max`` fences off for a job of this size (``devices/<chip>`` below it),
+    # as admission narrows them in ``decide``; by team and size.
+    fenced: dict[tuple[str, int], list[str]] = {}
+
+    def chips_for(team: str, n: int) -> list[str]:
+        key = (team, n)
+        hit = fenced.get(key)
+        if hit is None:
+            quota, _ = quota_in_force(snapshot.policy, team, snapshot.now)
+            cap = quota.max
+            hit = fenced[key] = [c for c in chips if cap.get(chip_resource(c), n) >= n]
+        return hit
+
     out: dict[int, tuple[float, tuple[int, ...]]] = {}
     planned = 0
     for jid, wait in decisions.waiting.items():
@@ -300,8 +316,8 @@ def plan_starts(
             continue
         planned += 1
         best: tuple[float, str, _Shape, list[tuple[float, int, int, int]]] | None = None
-        for chip in [job.chip_model] if job.chip_model is not None else chips:
-            if chip not in layout:
+        for chip in chips_for(job.team, job.num_devices):
+            if job.chip_model is not None and chip != job.chip_model:
                 continue
             shape = _shape(job.num_devices, *layout[chip])
             if shape is None:

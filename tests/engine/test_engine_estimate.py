@@ -125,6 +125,23 @@ def test_the_ticks_own_starts_and_promised_cards_count() -> None:
     assert plan[12] == (1000, tuple(cl.dev(f"n1/{i}") for i in range(4)))
 
 
+def test_a_chip_model_the_teams_max_fences_off_is_not_planned_on() -> None:
+    cl = Cluster().node("b4").node("a", chip="910A", groups=2)
+    pol = policy({"inf": quota(max={"devices/910A": 0}), "a": quota()})
+    running = [
+        job(1, slots=[cl.dev(f"b4/{i}") for i in range(8)], n=8, started=-600, est=1600),  # ends at 1000
+        job(2, slots=[cl.dev(f"a/{i}") for i in range(8)], n=8, started=-600, est=700),  # ends at 100
+    ]
+    first = job(20, "a", n=8, chip="910B4", est=50, submitted=-300)
+    fenced = job(21, "inf", n=8, est=60, submitted=-200)
+    free = job(22, "a", n=8, est=60, submitted=-100)
+    out, plan = _plan(pol, cl, [first, fenced, free], running)
+    assert out.waiting[21].reason == reasons.RESOURCES
+    assert plan[20][0] == 1000
+    assert plan[21] == (1050, tuple(cl.dev(f"b4/{i}") for i in range(8)))  # after the first job, not on 910A
+    assert plan[22][0] == 100  # another team's job may take the 910A server
+
+
 def test_quota_and_slice_waits_get_no_estimate_and_the_limit_bounds_the_pass() -> None:
     cl = Cluster().node("n1", devices=8)
     pol = policy({"q": quota(max_jobs=0), "a": quota()})
