@@ -36,13 +36,17 @@ def _estimate(job_id: int):
     return Job.objects.get(pk=job_id).estimated_start
 
 
+def _training(api, user_factory):
+    """The test policy in force, a lead of ``training`` with an API client, and a whole minute ahead."""
+    create_version(POLICY, author=None, comment="test")
+    lead = user_factory("tina", team="training", role="lead")
+    return api(lead), lead, timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
 def test_jobs_behind_the_first_blocked_one_get_an_estimate_every_interval(demo, api, user_factory, settings) -> None:
     settings.ESTIMATE_INTERVAL_S = 30
     settings.ESTIMATE_MAX_JOBS = 100
-    create_version(POLICY, author=None, comment="test")
-    lead = user_factory("tina", team="training", role="lead")
-    client = api(lead)
-    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    client, lead, t0 = _training(api, user_factory)
     first = _submit(client, 8, 3600)  # the whole 910A server
     assert run_tick(t0).started == [first]
 
@@ -71,11 +75,9 @@ def test_jobs_behind_the_first_blocked_one_get_an_estimate_every_interval(demo, 
     assert _estimate(ring_b) == t0 + timedelta(seconds=3600)
 
 
-def test_no_pass_without_a_budget(demo, api, user_factory, settings) -> None:
+def test_no_pass_without_a_budget_and_turning_it_off_clears_what_it_stored(demo, api, user_factory, settings) -> None:
     settings.ESTIMATE_MAX_JOBS = 0
-    create_version(POLICY, author=None, comment="test")
-    client = api(user_factory("tina", team="training", role="lead"))
-    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    client, _, t0 = _training(api, user_factory)
     first = _submit(client, 8, 3600)
     assert run_tick(t0).started == [first]
     second, third = _submit(client, 8, 1800), _submit(client, 8, 600)
@@ -84,19 +86,11 @@ def test_no_pass_without_a_budget(demo, api, user_factory, settings) -> None:
     assert _estimate(third) is None
     assert TickRecord.objects.filter(estimate_ms__isnull=False).count() == 0
 
-
-def test_turning_the_pass_off_clears_the_estimates_it_stored(demo, api, user_factory, settings) -> None:
     settings.ESTIMATE_MAX_JOBS = 100
-    create_version(POLICY, author=None, comment="test")
-    client = api(user_factory("tina", team="training", role="lead"))
-    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
-    first = _submit(client, 8, 3600)
-    assert run_tick(t0).started == [first]
-    second, third = _submit(client, 8, 1800), _submit(client, 8, 600)
-    run_tick(t0 + timedelta(seconds=30))
+    run_tick(t0 + timedelta(seconds=20))
     assert _estimate(third) == t0 + timedelta(seconds=5400)
     settings.ESTIMATE_MAX_JOBS = 0
-    run_tick(t0 + timedelta(seconds=40))
+    run_tick(t0 + timedelta(seconds=30))
     assert _estimate(second) == t0 + timedelta(seconds=3600)
     assert _estimate(third) is None
 
@@ -133,10 +127,7 @@ def test_waits_are_written_in_batches_with_every_value_in_its_row(demo, user_fac
 
 def test_the_console_queue_shows_the_day_and_time_of_an_estimate(demo, api, user_factory, client) -> None:
     """An estimate can be days away: the job list shows its date, not only the time of day."""
-    create_version(POLICY, author=None, comment="test")
-    lead = user_factory("tina", team="training", role="lead")
-    rest = api(lead)
-    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    rest, lead, t0 = _training(api, user_factory)
     first = _submit(rest, 8, 3 * 86400)  # three days on the whole 910A server
     assert run_tick(t0).started == [first]
     second = _submit(rest, 8, 600)
@@ -154,9 +145,7 @@ def test_a_fault_in_the_planning_pass_does_not_stop_the_tick(demo, api, user_fac
     """Estimates change no decision: if the pass fails, jobs still start and stored estimates stay."""
     from scheduling.services import tick
 
-    create_version(POLICY, author=None, comment="test")
-    client = api(user_factory("tina", team="training", role="lead"))
-    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    client, _, t0 = _training(api, user_factory)
     first = _submit(client, 8, 3600)
     second, third, fourth = _submit(client, 8, 1800), _submit(client, 8, 600), _submit(client, 8, 60)
     run_tick(t0)
