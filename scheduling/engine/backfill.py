@@ -8,7 +8,8 @@ under the placement rules. That time is the *shadow time*, reported as the
 job's estimated start, and the cards it would take then are held for it.
 
 With ``policy.backfill`` on, a lower job may still start now if it does not
-touch the held cards, or if it ends (by its estimate) before the shadow time;
+touch the held cards, or if it ends (by its estimate) before the shadow time
+(held cards that carry vNPU slices take no new slice otherwise either);
 such starts are marked ``Start.backfilled``. With backfill off, nothing lower
 starts in that pool: those jobs wait with ``Priority``. Either way only the
 first blocked job per pool gets a hold, like Slurm's EASY scheme; later blocked
@@ -21,7 +22,7 @@ would end (deadline + its estimate).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduling.engine.capacity import Chip, ClusterState, Pool
 from scheduling.engine.placement import Need, best_group, lowest_bits
@@ -37,6 +38,9 @@ class Hold:
     #: ``(pool, card mask)`` of held cards that are free now (taken out of the free state).
     free_now: list[tuple[Pool, int]]
     devices: frozenset[int]
+    #: ``(pool, card)`` of held cards that carry vNPU slices with room left: hidden from slice
+    #: placement (a slice there that outlives the shadow time would delay the held job).
+    sliced_now: list[tuple[Pool, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

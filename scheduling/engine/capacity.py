@@ -1238,6 +1238,17 @@ class ClusterState:
         if pool.slices[i] and pool.usable >> i & 1:
             chip.slice_buckets[self._slice_left(chip, pool, i)][(pool, i)] = None
 
+    def hide_slices(self, pool: Pool, i: int) -> None:
+        """Take a sliced card out of slice placement (held for a blocked job); :meth:`show_slices` undoes it.
+
+        Its slices stay; a slice started on it puts it back (:meth:`take_slice`).
+        """
+        chip = self.chips[pool.chip]
+        chip.slice_buckets[self._slice_left(chip, pool, i)].pop((pool, i), None)
+
+    def show_slices(self, pool: Pool, i: int) -> None:
+        self._rebucket_slice(self.chips[pool.chip], pool, i, None)
+
     # -- taking devices ------------------------------------------------------
 
     def take_whole(self, pool: Pool, mask: int) -> None:

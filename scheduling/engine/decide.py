@@ -763,7 +763,11 @@ class Tick:
             return None
         for pool, mask in hold.free_now:
             state.release_whole(pool, mask)
+        for pool, i in hold.sliced_now:
+            state.show_slices(pool, i)
         placement = find(state, need, chip)
+        for pool, i in hold.sliced_now:
+            state.hide_slices(pool, i)
         taken: dict[Pool, int] = {}
         if placement is not None:
             for pool, i in placement.cards:
@@ -799,6 +803,14 @@ class Tick:
             cards = [entries[i] for i in placement.picked]
         else:
             cards = [(pool, i, tmpl) for pool, i in placement.cards]
+        if tmpl is not None:  # a slice on a held card: the card stays held (it ends before the shadow)
+            hold = self.holds.get(chip)
+            if hold is not None:
+                for pool, i, _ in cards:
+                    if pool.devs[i].id in hold.devices:
+                        state.hide_slices(pool, i)
+                        if (pool, i) not in hold.sliced_now:
+                            hold.sliced_now.append((pool, i))
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
         occ = Occupant(job, chip, units, cards, units, self.now + duration, None, self.now, job.preempt_deadline)
         state.add_occupant(occ, tmpl is not None)
@@ -871,15 +883,21 @@ class Tick:
         return reasons.RESOURCES, "", at
 
     def hold(self, job: JobState, chip: str, at: float, devices: list[int]) -> None:
+        """Hold ``devices`` for the pool's blocked job until ``at``: free ones leave the free state,
+        sliced ones leave slice placement (a card freed by its slices ending is one the job needs)."""
         state = self.state
         masks: dict[Pool, int] = {}
+        sliced: list[tuple[Pool, int]] = []
         for dev in devices:
             pool, i = state.where[dev]
             if pool.free >> i & 1:
                 masks[pool] = masks.get(pool, 0) | (1 << i)
+            elif pool.slices[i] and pool.usable >> i & 1:
+                state.hide_slices(pool, i)
+                sliced.append((pool, i))
         for pool, mask in masks.items():
             state.take_whole(pool, mask)
-        self.holds[chip] = Hold(chip, job.id, at, list(masks.items()), frozenset(devices))
+        self.holds[chip] = Hold(chip, job.id, at, list(masks.items()), frozenset(devices), sliced)
         self._shadows = sorted(h.shadow for h in self.holds.values())
         self._epoch += 1
 
