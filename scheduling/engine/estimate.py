@@ -21,9 +21,10 @@ order), on a copy of the cluster's future:
   estimated (backfill, jobs ending early) or later (a higher job submitted
   meanwhile, a reservation held for other classes, quota).
 
-A job whose turn comes after cards that never come free (a job without any
-duration, an unbounded run) gets no estimate, nor do jobs waiting for quota,
-static shape reasons or a vNPU slice. ``limit`` bounds how many jobs one pass
+A vNPU request takes the card where its template fits first (see
+:class:`_Slices`). A job whose turn comes after cards that never come free (a
+job without any duration, an unbounded run) gets no estimate, nor do jobs
+waiting for quota or static shape reasons. ``limit`` bounds how many jobs one pass
 plans, as Slurm's ``bf_max_job_test`` does; the ones after it get none.
 
 The pass is separate from ``decide`` on purpose: it changes no decision, and
@@ -35,13 +36,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from collections.abc import Iterable
 
 from scheduling.engine import reasons
 from scheduling.engine.capacity import expected_end
 from scheduling.engine.policy import chip_resource
 from scheduling.engine.quota import quota_in_force
-from scheduling.engine.snapshot import Decisions, JobState, Snapshot
+from scheduling.engine.snapshot import Decisions, JobState, Slot, Snapshot, VnpuTemplate
 
 INF = math.inf
 
@@ -208,6 +210,13 @@ class _Plan:
         self._moved(chip, i)
         return at, devices
 
+    def card_busy(self, chip: str, i: int, gi: int, d: int, until: float) -> None:
+        """Card ``d`` (node ``i``, group ``gi``) is busy until ``until`` at least (a slice planned on it)."""
+        node = self.by_chip[chip][i]
+        cards = node.groups[gi]
+        node.groups[gi] = sorted((max(t, until) if dev == d else t, dev) for t, dev in cards)
+        self._moved(chip, i)
+
     def _moved(self, chip: str, i: int) -> None:
         """Node ``i`` changed: its old heap entries go stale, new ones go in every heap of its chip."""
         node = self.by_chip[chip][i]
@@ -224,16 +233,147 @@ class _Plan:
                     push(heap, entry)
 
 
+#: A vNPU slice on a card until ``end``: ``(end, AI cores, memory MB, AI CPUs)``.
+_Slice = tuple[float, int, int, int]
+
+
+class _Slices:
+    """Cards as vNPU slices see them: the whole-card job's end, and the slices on each card.
+
+    A card without slices takes a slice when it is wholly free: that is the
+    plan's own earliest single card (:class:`_Plan`, shape ``group`` of 1). Cards
+    with slices are kept here, in a heap per template. A planned slice counts from
+    now until its end (not from its start): a later slice never slips in before
+    it, as a whole-card job never slips in before another in :class:`_Plan`.
+    Between a sliced card and a whole one free as early, the sliced one is taken
+    (``binpack`` does the same).
+    """
+
+    def __init__(
+        self, plan: _Plan, snapshot: Snapshot, whole: dict[int, float], slices: dict[int, list[_Slice]], now: float
+    ) -> None:
+        self.plan = plan
+        self.now = now
+        self.whole = whole
+        self.slices = slices
+        for on in slices.values():
+            on.sort()
+        self.templates = snapshot.templates
+        caps = {dev.id: (dev.ai_cores, dev.hbm_mb, dev.ai_cpus) for node in snapshot.nodes for dev in node.devices}
+        self.caps: dict[int, tuple[int, int, int]] = {}
+        #: Where each usable card of a schedulable node is in the plan: (chip, node index, group index).
+        self.where: dict[int, tuple[str, int, int]] = {}
+        for chip, nodes in plan.by_chip.items():
+            for i, node in enumerate(nodes):
+                for gi, cards in enumerate(node.groups):
+                    for _, d in cards:
+                        self.caps[d] = caps[d]
+                        self.where[d] = (chip, i, gi)
+        #: Cards with slices (running or planned), by chip model.
+        self.sliced: dict[str, list[int]] = {}
+        for d in slices:
+            if d in self.where:
+                self.sliced.setdefault(self.where[d][0], []).append(d)
+        self.gen: dict[int, int] = {}
+        #: ``(chip, template)`` -> heap of ``(time, card, generation)`` over the sliced cards.
+        self.heaps: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+
+    def time(self, d: int, tmpl: VnpuTemplate) -> float:
+        """The earliest time a ``tmpl`` slice fits on card ``d`` (``INF``: never)."""
+        cc, cm, cp = self.caps[d]
+        c, m, p = tmpl.ai_cores, tmpl.memory_mb, tmpl.ai_cpus
+        if c > cc or m > cm or p > cp:
+            return INF
+        t0 = max(self.now, self.whole.get(d, self.now))
+        on = self.slices.get(d, ())  # sorted by end
+        live = [x for x in on if x[0] > t0]
+        uc = sum(x[1] for x in live)
+        um = sum(x[2] for x in live)
+        up = sum(x[3] for x in live)
+        if uc + c <= cc and um + m <= cm and up + p <= cp:
+            return t0
+        for e, sc, sm, sp in live:  # the slices end one by one
+            uc -= sc
+            um -= sm
+            up -= sp
+            if uc + c <= cc and um + m <= cm and up + p <= cp:
+                return e
+        return INF
+
+    def earliest(self, chip: str, tmpl: VnpuTemplate) -> tuple[float, int] | None:
+        """The card where a ``tmpl`` slice could start first, and when (``None``: nowhere)."""
+        best: tuple[float, int, int] | None = None  # (time, 0 sliced / 1 whole, card)
+        key = (chip, tmpl.name)
+        heap = self.heaps.get(key)
+        if heap is None:
+            heap = self.heaps[key] = [(self.time(d, tmpl), d, self.gen.get(d, 0)) for d in self.sliced.get(chip, ())]
+            heapq.heapify(heap)
+        gen = self.gen
+        # A card's time only grows as the plan fills, so a stale entry is a lower bound:
+        # it is worked out again when it reaches the top, not each time the card changes.
+        while heap:
+            t, d, g = heap[0]
+            if g == gen.get(d, 0):
+                if t < INF:
+                    best = (t, 0, d)
+                break
+            heapq.heapreplace(heap, (self.time(d, tmpl), d, gen.get(d, 0)))
+        plan = self.plan
+        spot = plan.earliest(chip, _Shape("group", 1, plan.layout[chip][1]))
+        if spot is not None:
+            t, i, _, gi = spot[0]
+            d = plan.by_chip[chip][i].groups[gi][0][1]
+            if (best is None or (t, 1) < best[:2]) and self.time(d, tmpl) < INF:
+                best = (t, 1, d)
+        return (best[0], best[2]) if best is not None else None
+
+    def changed(self, d: int) -> None:
+        """Card ``d`` changed (a whole-card job planned on it): its heap entries are stale."""
+        self.gen[d] = self.gen.get(d, 0) + 1
+
+    def take(self, d: int, tmpl: VnpuTemplate, end: float) -> None:
+        """Plan a ``tmpl`` slice on card ``d`` until ``end``; whole-card jobs wait for it there."""
+        chip, i, gi = self.where[d]
+        if not self.slices.get(d):
+            self.sliced.setdefault(chip, []).append(d)
+        insort(self.slices.setdefault(d, []), (end, tmpl.ai_cores, tmpl.memory_mb, tmpl.ai_cpus))
+        self.changed(d)
+        for (c, name), heap in self.heaps.items():
+            if c == chip:
+                heapq.heappush(heap, (self.time(d, self.templates[(chip, name)]), d, self.gen[d]))
+        self.plan.card_busy(chip, i, gi, d, end)
+
+
 def _duration(job: JobState) -> float:
     """How long a planned job keeps its cards: its estimate, else its max duration, else forever."""
     return job.estimated_duration_s or job.max_duration_s or INF
 
 
-def _free_times(snapshot: Snapshot, decisions: Decisions, now: float) -> dict[int, float]:
-    """When each busy card comes free: the latest expected end of the jobs on it."""
+def _free_times(
+    snapshot: Snapshot, decisions: Decisions, now: float
+) -> tuple[dict[int, float], dict[int, float], dict[int, list[_Slice]]]:
+    """When each busy card comes free (the latest expected end of the jobs on it), and the same
+    split by kind: the end of the whole-card job on it, and the vNPU slices on it."""
     evicted = set(decisions.evictions)
     deadlines = {p.job_id: p.grace_deadline for p in decisions.preemptions}
     busy: dict[int, float] = {}
+    whole: dict[int, float] = {}
+    slices: dict[int, list[_Slice]] = {}
+    chip_of = {dev.id: dev.chip_model for node in snapshot.nodes for dev in node.devices}
+    templates = snapshot.templates
+
+    def hold(job: JobState, slots: Iterable[Slot], end: float) -> None:
+        for slot in slots:
+            d = slot.device_id
+            if end > busy.get(d, -INF):
+                busy[d] = end
+            tmpl = templates.get((chip_of.get(d, ""), slot.vnpu_template)) if slot.vnpu_template else None
+            if tmpl is None:
+                if end > whole.get(d, -INF):
+                    whole[d] = end
+            else:
+                slices.setdefault(d, []).append((end, tmpl.ai_cores, tmpl.memory_mb, tmpl.ai_cpus))
+
     for job in snapshot.running:
         if job.id in evicted:
             continue
@@ -241,18 +381,14 @@ def _free_times(snapshot: Snapshot, decisions: Decisions, now: float) -> dict[in
         deadline = deadlines.get(job.id)
         if deadline is not None:
             end = min(end, max(deadline, now))
-        for slot in job.slots:
-            if end > busy.get(slot.device_id, -INF):
-                busy[slot.device_id] = end
+        hold(job, job.slots, end)
     if decisions.starts:
         pending = {job.id: job for job in snapshot.pending}
         for start in decisions.starts:
             started = pending.get(start.job_id)
-            end = now + _duration(started) if started is not None else INF
-            for slot in start.slots:
-                if end > busy.get(slot.device_id, -INF):
-                    busy[slot.device_id] = end
-    return busy
+            if started is not None:
+                hold(started, start.slots, now + _duration(started))
+    return busy, whole, slices
 
 
 def _build(snapshot: Snapshot, busy: dict[int, float], now: float) -> list[_Node]:
@@ -278,7 +414,7 @@ def plan_starts(
 ) -> dict[int, tuple[float, tuple[int, ...]]]:
     """The plan behind :func:`estimate_starts`: job id -> (estimated start, the cards it is planned on)."""
     now = snapshot.now.timestamp()
-    busy = _free_times(snapshot, decisions, now)
+    busy, whole, slices = _free_times(snapshot, decisions, now)
     pending = {job.id: job for job in snapshot.pending}
     # A promise's cards go to its job: when they come free, or at the promised time if later.
     for jid, promise in decisions.promises.items():
@@ -287,8 +423,9 @@ def plan_starts(
             continue
         at = max([promise.until, now, *(busy.get(d, now) for d in promise.devices)])
         for d in promise.devices:
-            busy[d] = at + _duration(job)
+            busy[d] = whole[d] = at + _duration(job)
     plan = _Plan(_build(snapshot, busy, now))
+    sliced: _Slices | None = None  # built for the first slice request
     chips = list(plan.by_chip)
     layout = plan.layout
     # Chip models a team's ``max`` fences off for a job of this size (``devices/<chip>`` below it),
@@ -312,9 +449,25 @@ def plan_starts(
         if wait.reason not in CAPACITY_REASONS or jid in decisions.promises:
             continue
         job = pending.get(jid)
-        if job is None or job.vnpu_template is not None:
+        if job is None:
             continue
         planned += 1
+        if job.vnpu_template is not None:
+            if sliced is None:
+                sliced = _Slices(plan, snapshot, whole, slices, now)
+            spot_of: tuple[float, int, VnpuTemplate] | None = None
+            for chip in chips_for(job.team, 1):
+                tmpl = snapshot.templates.get((chip, job.vnpu_template))
+                if tmpl is None or (job.chip_model is not None and chip != job.chip_model):
+                    continue
+                found = sliced.earliest(chip, tmpl)
+                if found is not None and (spot_of is None or found[0] < spot_of[0]):
+                    spot_of = (found[0], found[1], tmpl)
+            if spot_of is not None:
+                at, card, tmpl = spot_of
+                sliced.take(card, tmpl, at + _duration(job))
+                out[jid] = (max(at, now), (card,))
+            continue
         best: tuple[float, str, _Shape, list[tuple[float, int, int, int]]] | None = None
         for chip in chips_for(job.team, job.num_devices):
             if job.chip_model is not None and chip != job.chip_model:
@@ -328,6 +481,11 @@ def plan_starts(
         if best is None:
             continue
         at, devices = plan.take(best[1], best[2], best[3], _duration(job))
+        end = at + _duration(job)
+        for d in devices:
+            whole[d] = end
+            if sliced is not None:
+                sliced.changed(d)
         out[jid] = (max(at, now), tuple(sorted(devices)))
     return out
 

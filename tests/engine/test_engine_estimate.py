@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from engine_factory import T0, Cluster, job, policy, quota, snapshot
+from engine_factory import T0, TEMPLATES, Cluster, job, policy, quota, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -142,19 +142,36 @@ def test_a_chip_model_the_teams_max_fences_off_is_not_planned_on() -> None:
     assert plan[22][0] == 100  # another team's job may take the 910A server
 
 
-def test_quota_and_slice_waits_get_no_estimate_and_the_limit_bounds_the_pass() -> None:
+def test_quota_waits_get_no_estimate_and_the_limit_bounds_the_pass() -> None:
     cl = Cluster().node("n1", devices=8)
     pol = policy({"q": quota(max_jobs=0), "a": quota()})
     running = _busy(cl, "n1", [100, 200, 300, 400, 500, 600, 700, 800])
     capped = job(20, "q", n=1, submitted=-500)
-    sliced = job(21, "a", vnpu="vir05_1c_8g", submitted=-400)
     queue = [job(30 + i, "a", n=1, est=100, submitted=-300 + i) for i in range(5)]
-    out, plan = _plan(pol, cl, [capped, sliced, *queue], running)
+    out, plan = _plan(pol, cl, [capped, *queue], running)
     assert out.waiting[20].reason == reasons.QUOTA_MAX_JOBS and 20 not in plan
-    assert 21 not in plan
     assert [plan[30 + i][0] for i in range(5)] == [100, 200, 200, 300, 300]
-    _, limited = _plan(pol, cl, [capped, sliced, *queue], running, limit=3)
+    _, limited = _plan(pol, cl, [capped, *queue], running, limit=3)
     assert sorted(limited) == [30, 31, 32]
+
+
+def test_slices_go_where_the_templates_resources_free_first_sliced_cards_before_whole_ones() -> None:
+    """A 310P3 card has 8 AI cores; ``vir04`` takes 4 (and half the memory)."""
+    cl = Cluster().node("p", chip="310P3", devices=2)
+    card0, card1 = cl.dev("p/0"), cl.dev("p/1")
+    running = [
+        job(1, slots=[(card0, "vir04")], vnpu="vir04", started=-600, est=700),  # ends at 100
+        job(2, slots=[(card0, "vir04")], vnpu="vir04", started=-600, est=900),  # ends at 300
+        job(3, slots=[card1], started=-600, est=1100),  # the whole card until 500
+    ]
+    s1, s2, s3 = (job(20 + i, vnpu="vir04", est=1000, submitted=-400 + 100 * i) for i in range(3))
+    whole = job(23, chip="310P3", est=100, submitted=-100)
+    out, plan = _plan(policy(), cl, [s1, s2, s3, whole], running)
+    assert all(out.waiting[j].reason == reasons.RESOURCES for j in (20, 21, 22, 23))
+    assert plan[20] == (100, (card0,))  # the first slice on card 0 ends
+    assert plan[21] == (300, (card0,))  # the second: card 0 is sliced, so before card 1 at 500
+    assert plan[22] == (500, (card1,))  # card 0 would only have room at 1100
+    assert plan[23] == (1300, (card0,))  # a whole card waits for every slice on it (s2 ends at 1300)
 
 
 def test_waiting_decisions_come_in_priority_order() -> None:
@@ -191,87 +208,122 @@ def test_waiting_decisions_come_in_priority_order() -> None:
 # -- properties over random clusters ------------------------------------------------------------
 
 
+_SLICES = {"310P3": ("vir02", "vir04"), "910B4": ("vir05_1c_8g", "vir10_3c_16g")}
+
+
 @st.composite
 def _worlds(draw):
     cl = Cluster()
     for k in range(draw(st.integers(1, 4))):
-        if draw(st.booleans()):
-            cl.node(f"n{k}", chip="910A", devices=8, groups=2, unhealthy=draw(st.sets(st.integers(0, 7), max_size=1)))
+        kind = draw(st.sampled_from(["910A", "910B4", "310P3"]))
+        bad = draw(st.sets(st.integers(0, 3), max_size=1))
+        if kind == "910A":
+            cl.node(f"n{k}", chip="910A", devices=8, groups=2, unhealthy=bad)
+        elif kind == "910B4":
+            cl.node(f"n{k}", devices=8, unhealthy=bad)
         else:
-            cl.node(f"n{k}", devices=8, unhealthy=draw(st.sets(st.integers(0, 7), max_size=1)))
+            cl.node(f"n{k}", chip="310P3", devices=4, unhealthy=bad)
     running = []
     jid = 1
+    durations = st.sampled_from([0, 700, 1300, 4000, 9000])
     for node in cl.nodes:
         for dev in node.devices:
-            if draw(st.integers(0, 9)) < 7:
+            use = draw(st.integers(0, 9))
+            if use < 5:  # a whole-card job
                 running.append(
-                    job(
-                        jid,
-                        "a",
-                        slots=[dev.id],
-                        started=-600,
-                        est=draw(st.sampled_from([0, 700, 1300, 4000, 9000])),
-                        max_duration=draw(st.sampled_from([None, 20_000.0])),
-                    )
-                )
+                    job(jid, slots=[dev.id], started=-600, est=draw(durations),
+                        max_duration=draw(st.sampled_from([None, 20_000.0])))
+                )  # fmt: skip
                 jid += 1
-    pending = [
-        job(
-            1000 + i,
-            "a",
-            n=draw(st.sampled_from([1, 1, 2, 4, 8, 16])),
-            submitted=-1000 + i,
-            est=draw(st.sampled_from([100, 2000, 8000])),
-            max_duration=draw(st.sampled_from([None, 9000.0])),
-            chip=draw(st.sampled_from([None, "910A", "910B4"])),
-        )
-        for i in range(draw(st.integers(1, 14)))
-    ]
+            elif use < 8 and dev.chip_model in _SLICES:  # one or two slices that fit together
+                for name in draw(st.lists(st.sampled_from(_SLICES[dev.chip_model]), min_size=1, max_size=2)):
+                    running.append(
+                        job(jid, slots=[(dev.id, name)], vnpu=name, started=-600, est=draw(durations),
+                            max_duration=20_000.0)
+                    )  # fmt: skip
+                    jid += 1
+    pending = []
+    for i in range(draw(st.integers(1, 14))):
+        if draw(st.integers(0, 3)) == 0:
+            chip = draw(st.sampled_from(["310P3", "910B4"]))
+            name = draw(st.sampled_from(_SLICES[chip]))
+            pending.append(
+                job(1000 + i, submitted=-1000 + i, vnpu=name, chip=draw(st.sampled_from([None, chip])),
+                    est=draw(st.sampled_from([100, 2000, 8000])))
+            )  # fmt: skip
+            continue
+        pending.append(
+            job(1000 + i, n=draw(st.sampled_from([1, 1, 2, 4, 8, 16])), submitted=-1000 + i,
+                est=draw(st.sampled_from([100, 2000, 8000])), max_duration=draw(st.sampled_from([None, 9000.0])),
+                chip=draw(st.sampled_from([None, "910A", "910B4", "310P3"])))
+        )  # fmt: skip
     return cl, running, pending
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _end(j: JobState, start: float) -> float:
+    return start + (j.estimated_duration_s or j.max_duration_s or math.inf)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_worlds())
-def test_the_plan_never_puts_two_jobs_on_a_card_and_keeps_the_placement_rules(world) -> None:
+def test_the_plan_never_overfills_a_card_and_keeps_the_placement_rules(world) -> None:
+    """Whole cards: one job at a time. Slices: never beside a whole-card job, never beyond the card's
+    AI cores, memory or AI CPUs. Running jobs, the tick's starts and the plan together."""
     cl, running, pending = world
     snap = snapshot(policy(), cl, pending, running)
     out = decide(snap)
     plan = plan_starts(snap, out)
     now = T0
     devices = {d.id: (n, d) for n in cl.nodes for d in n.devices}
-    busy: dict[int, list[tuple[float, float]]] = {}
+    whole: dict[int, list[tuple[float, float]]] = {}
+    sliced: dict[int, list[tuple[float, float, str]]] = {}
+
+    def hold(j: JobState, devs, start: float, end: float) -> None:
+        for d in devs:
+            if j.vnpu_template:
+                sliced.setdefault(d, []).append((start, end, j.vnpu_template))
+            else:
+                whole.setdefault(d, []).append((start, end))
+
     for r in running:
-        busy.setdefault(r.slots[0].device_id, []).append((now, expected_end(r, now)))
+        hold(r, [r.slots[0].device_id], now, expected_end(r, now))
     jobs = {j.id: j for j in pending}
     for s in out.starts:
-        j = jobs[s.job_id]
-        end = now + (j.estimated_duration_s or j.max_duration_s or math.inf)
-        for slot in s.slots:
-            busy.setdefault(slot.device_id, []).append((now, end))
+        hold(jobs[s.job_id], [slot.device_id for slot in s.slots], now, _end(jobs[s.job_id], now))
     for jid, (at, devs) in plan.items():
         j = jobs[jid]
         assert out.waiting[jid].reason in (reasons.RESOURCES, reasons.PRIORITY)
         assert at >= now
-        assert len(devs) == len(set(devs)) == j.num_devices
+        n = 1 if j.vnpu_template else j.num_devices
+        assert len(devs) == len(set(devs)) == n
         nodes = {devices[d][0].name for d in devs}
         chips = {devices[d][1].chip_model for d in devs}
         assert len(chips) == 1 and (j.chip_model is None or chips == {j.chip_model})
         assert all(devices[d][1].usable and devices[d][0].schedulable for d in devs)
-        if j.num_devices <= 8:
+        size = len(devices[devs[0]][0].devices)
+        if n <= size:
             assert len(nodes) == 1
-        if j.num_devices <= 4 and chips == {"910A"}:
+        if n <= 4 and chips == {"910A"}:
             assert len({devices[d][1].topology_group for d in devs}) == 1
-        if j.num_devices > 8:
-            assert all(sum(1 for d in devs if devices[d][0].name == n) == 8 for n in nodes)
-        end = at + (j.estimated_duration_s or j.max_duration_s or math.inf)
-        for d in devs:
-            busy.setdefault(d, []).append((at, end))
-    for d, spans in busy.items():
+        if n > size:
+            assert all(sum(1 for d in devs if devices[d][0].name == name) == size for name in nodes)
+        hold(j, devs, at, _end(j, at))
+    for d, spans in whole.items():
         spans.sort()
         for (_, e1), (s2, _) in itertools.pairwise(spans):
             assert s2 >= e1, f"card {d} planned twice: {spans}"
-    # The first job waiting for capacity, on a one-model cluster, starts when decide said.
+        for s1, e1, _ in sliced.get(d, ()):
+            assert all(e1 <= s2 or e2 <= s1 for s2, e2 in spans), f"card {d}: a slice beside a whole-card job"
+    for d, spans in sliced.items():
+        dev = devices[d][1]
+        for at in {s0 for s0, _, _ in spans}:
+            on = [TEMPLATES[(dev.chip_model, name)] for s0, e0, name in spans if s0 <= at < e0]
+            assert sum(t.ai_cores for t in on) <= dev.ai_cores, f"card {d} over its AI cores at {at - now}"
+            assert sum(t.memory_mb for t in on) <= dev.hbm_mb
+            assert sum(t.ai_cpus for t in on) <= dev.ai_cpus
+    # The first whole-card job waiting for capacity, on a one-model cluster, starts when decide said.
     if len({d.chip_model for n in cl.nodes for d in n.devices}) == 1:
         first = next((w for w in out.waiting.values() if w.reason == reasons.RESOURCES), None)
         if first is not None and first.estimated_start is not None and first.job_id in plan:
-            assert plan[first.job_id][0] == first.estimated_start
+            if not jobs[first.job_id].vnpu_template:
+                assert plan[first.job_id][0] == first.estimated_start
