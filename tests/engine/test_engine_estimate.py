@@ -268,7 +268,11 @@ def _end(j: JobState, start: float) -> float:
 @given(_worlds())
 def test_the_plan_never_overfills_a_card_and_keeps_the_placement_rules(world) -> None:
     """Whole cards: one job at a time. Slices: never beside a whole-card job, never beyond the card's
-    AI cores, memory or AI CPUs. Running jobs, the tick's starts and the plan together."""
+    AI cores, memory or AI CPUs. Running jobs, the tick's starts and the plan together.
+
+    Last, EASY backfill's promise: the first blocked job can still start at its shadow time
+    after the tick's (backfilled) starts, as the plan, made after them, finds. (This caught
+    slices backfilled onto a held sliced card.)"""
     cl, running, pending = world
     snap = snapshot(policy(), cl, pending, running)
     out = decide(snap)
