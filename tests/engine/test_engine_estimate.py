@@ -325,9 +325,7 @@ def test_the_plan_never_overfills_a_card_and_keeps_the_placement_rules(world) ->
             assert sum(t.ai_cores for t in on) <= dev.ai_cores, f"card {d} over its AI cores at {at - now}"
             assert sum(t.memory_mb for t in on) <= dev.hbm_mb
             assert sum(t.ai_cpus for t in on) <= dev.ai_cpus
-    # The first whole-card job waiting for capacity, on a one-model cluster, starts when decide said.
-    if len({d.chip_model for n in cl.nodes for d in n.devices}) == 1:
-        first = next((w for w in out.waiting.values() if w.reason == reasons.RESOURCES), None)
-        if first is not None and first.estimated_start is not None and first.job_id in plan:
-            if not jobs[first.job_id].vnpu_template:
-                assert plan[first.job_id][0] == first.estimated_start
+    # The first job waiting for capacity starts when decide said (its shadow time).
+    first = next((w for w in out.waiting.values() if w.reason == reasons.RESOURCES), None)
+    if first is not None and first.estimated_start is not None and first.job_id in plan:
+        assert plan[first.job_id][0] == first.estimated_start
