@@ -45,6 +45,8 @@ class Client:
         self.url = (url or os.environ.get("NPUPORTAL_URL") or DEFAULT_URL).rstrip("/")
         self.token = token if token is not None else os.environ.get("NPUPORTAL_TOKEN", "")
         self.timeout = timeout
+        #: Set by :meth:`get_all`: the list went on past ``MAX_PAGES`` pages (what was read is a prefix).
+        self.truncated = False
 
     # -- plumbing --------------------------------------------------------------
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None) -> Any:
@@ -107,7 +109,11 @@ class Client:
         return self.request("DELETE", path)
 
     def get_all(self, path: str, **params: Any) -> list[Any]:
-        """Every row of a paginated list, following ``next`` links."""
+        """Every row of a paginated list, following ``next`` links (at most ``MAX_PAGES`` more pages).
+
+        :attr:`truncated` says whether rows were left unread, so the caller can say so.
+        """
+        self.truncated = False
         page = self.get(path, **params)
         if isinstance(page, list):
             return page
@@ -117,6 +123,7 @@ class Client:
                 break
             page = self.request("GET", page["next"])
             rows.extend(page.get("results", []))
+        self.truncated = bool(page.get("next"))
         return rows
 
 

@@ -114,7 +114,9 @@ def cmd_queue(api: Client, args: argparse.Namespace) -> int:
     unknown = [s for s in states if s not in [*STATES, "all"]]
     if unknown:
         raise _UsageError(f"--state {unknown[0]!r}: one of {', '.join(STATES)} or all")
-    jobs = api.get_all("jobs/", limit=200, **params)
+    jobs = api.get_all("jobs/", limit=1000, **params)
+    if api.truncated:  # a queue this long is read in part; say so rather than look complete
+        _err(f"showing the first {len(jobs)} jobs only; narrow the list with --state, --team or --user")
     if args.json:
         _json(jobs)
         return OK

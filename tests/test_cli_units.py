@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -91,6 +92,48 @@ def test_server_errors_exit_3(capsys, monkeypatch) -> None:
         monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{server.server_port}")
         assert main(["nodes"]) == 3
         assert "server error 500" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _EndlessQueue(BaseHTTPRequestHandler):
+    """A jobs list that always has a next page (a queue longer than npuctl reads)."""
+
+    pages = 0
+
+    def do_GET(self) -> None:
+        type(self).pages += 1
+        n = type(self).pages
+        job = {"id": n, "name": f"j{n}", "team": "t", "submitter": "u", "priority_class": "normal",
+               "num_devices": 1, "chip_model": "910B4", "state": "pending", "pending_reason": "Resources",
+               "estimated_start": None}  # fmt: skip
+        port = self.server.server_address[1]
+        body = {"next": f"http://127.0.0.1:{port}/api/v1/jobs/?cursor=c{n}", "previous": None, "results": [job]}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_queue_longer_than_npuctl_reads_says_it_is_cut(capsys, monkeypatch) -> None:
+    from npuctl.client import MAX_PAGES
+
+    server = HTTPServer(("127.0.0.1", 0), _EndlessQueue)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+        assert main(["queue"]) == 0
+        out = capsys.readouterr()
+        assert f"showing the first {MAX_PAGES + 1} jobs only" in out.err
+        assert len([line for line in out.out.splitlines() if "Resources" in line]) == MAX_PAGES + 1
     finally:
         server.shutdown()
         server.server_close()
