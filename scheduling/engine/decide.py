@@ -411,6 +411,11 @@ class Tick:
         for key in set(keys):
             groups[key] = make(key)
         out = list(map(groups.__getitem__, keys))
+        # The largest request of the tick: a team's memo of admissions outlives its starts while
+        # every limit keeps room for it (TeamLedger.add). Ledgers made later assume no bound.
+        big = max((max(group.need.units.values()) for group in groups.values() if group.need.units), default=0.0)
+        for ledger in self.ledgers.values():
+            ledger.big = big
         promised = self.promised
         if promised:  # a job holding a promise answers for itself: no memo shared with others
             for i, job in enumerate(pending):
@@ -791,8 +796,7 @@ class Tick:
         chip = placement.chip
         units = need.units[chip]
         slots = commit(state, placement, units)
-        ledger.add(chip, units)
-        ledger.jobs += 1
+        ledger.add(chip, units, 1)
         ledger.month_hours += units * job.estimated_duration_s / 3600.0
         self.reservations.on_start(job.priority_class, chip, units)  # also clears its memo
         tmpl = placement.template

@@ -25,6 +25,7 @@ The quota in force is the policy's time-of-day quota at the tick's ``now``
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from scheduling.engine import reasons
@@ -73,6 +74,7 @@ class TeamLedger:
     __slots__ = (
         "adm",
         "allowed",
+        "big",
         "budget",
         "guaranteed",
         "jobs",
@@ -102,17 +104,32 @@ class TeamLedger:
         self.max_total = quota.max.get(DEVICES)
         self.max_by_chip = _max_by_chip(quota)
         self.guaranteed = quota.guaranteed
-        #: The tick's memo of :func:`admit_devices` per request shape; cleared when the team's usage changes.
+        #: The tick's memo of :func:`admit_devices` per request shape (see :meth:`add`).
         self.adm: dict[object, tuple[str | None, str, tuple[str, ...]]] = {}
+        #: The most device units any request of the tick asks for (set by the tick; ``inf``: unknown).
+        self.big = math.inf
 
-    def add(self, chip: str, units: float) -> None:
-        """Count ``units`` on ``chip`` against the team (a running or started job)."""
+    def add(self, chip: str, units: float, jobs: int = 0) -> None:
+        """Count ``units`` on ``chip`` (and ``jobs`` more jobs) against the team: a started job.
+
+        Usage and jobs only grow during a tick, so a memoised refusal stays right;
+        an admission stays right while every limit keeps room for the largest
+        request (``big``). Only when one no longer does is the memo cleared.
+        """
         usage = self.usage
-        usage[DEVICES] += units
+        total = usage[DEVICES] = usage[DEVICES] + units
         key = _KEYS.get(chip) or resource_key(chip)
-        usage[key] = usage.get(key, 0.0) + units
+        used = usage[key] = usage.get(key, 0.0) + units
+        self.jobs += jobs
         if self.adm:
-            self.adm.clear()
+            big = self.big
+            cap = self.max_by_chip.get(chip)
+            if (
+                (self.max_jobs is not None and self.jobs >= self.max_jobs)
+                or (self.max_total is not None and self.max_total - total < big)
+                or (cap is not None and cap - used < big)
+            ):
+                self.adm.clear()
 
     def used(self, chip: str) -> float:
         return self.usage.get(_KEYS.get(chip) or resource_key(chip), 0.0)

@@ -158,3 +158,29 @@ def test_pool_bounds_worked_out_at_once_equal_those_worked_out_card_by_card() ->
                 assert pre._potential(pool, kinds) == mask, (chip.name, kinds)
                 compared += 1
     assert compared > 200
+
+
+def test_a_teams_memo_of_admissions_outlives_starts_only_while_every_limit_has_room() -> None:
+    from scheduling.engine.policy import Quota
+    from scheduling.engine.quota import TeamLedger
+
+    ledger = TeamLedger("a", Quota(max={"devices": 10.0, "devices/910A": 5.0}, max_concurrent_jobs=4), None, 0.0)
+    ledger.big = 4.0  # the largest request of the tick
+    ledger.adm["shape"] = (None, "", ("910B4",))
+    ledger.add("910B4", 2.0, 1)  # 8 devices and 3 jobs of room left: every request still fits
+    assert ledger.adm and ledger.jobs == 1
+    ledger.add("910A", 2.0, 1)  # 910A: 3 left, less than a 4-card request
+    assert not ledger.adm
+    ledger.adm["shape"] = (None, "", ("910B4",))
+    ledger.add("910B4", 1.0, 1)  # 5 devices left overall, one job left: fine
+    assert ledger.adm
+    ledger.add("910B4", 1.0, 1)  # the fourth job: max concurrent jobs reached
+    assert not ledger.adm and ledger.jobs == 4
+
+
+def test_a_team_reaching_its_max_within_a_tick_is_refused_from_then_on() -> None:
+    cl = Cluster().node("n1", devices=8)
+    pol = policy({"a": quota(max={"devices": 4})})
+    out = decide(snapshot(pol, cl, [job(10 + i, "a", n=1, submitted=-100 + i) for i in range(6)]))
+    assert sorted(s.job_id for s in out.starts) == [10, 11, 12, 13]
+    assert {out.waiting[j].reason for j in (14, 15)} == {reasons.QUOTA_MAX_DEVICES}
