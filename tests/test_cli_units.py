@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -84,17 +86,24 @@ class _Failing(BaseHTTPRequestHandler):
         pass
 
 
-def test_server_errors_exit_3(capsys, monkeypatch) -> None:
-    server = HTTPServer(("127.0.0.1", 0), _Failing)
+@contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A local HTTP server answering with ``handler``, as the ``NPUPORTAL_URL`` to use."""
+    server = HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{server.server_port}")
-        assert main(["nodes"]) == 3
-        assert "server error 500" in capsys.readouterr().err
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_server_errors_exit_3(capsys, monkeypatch) -> None:
+    with _serving(_Failing) as url:
+        monkeypatch.setenv("NPUPORTAL_URL", url)
+        assert main(["nodes"]) == 3
+        assert "server error 500" in capsys.readouterr().err
 
 
 class _EndlessQueue(BaseHTTPRequestHandler):
@@ -124,16 +133,10 @@ class _EndlessQueue(BaseHTTPRequestHandler):
 def test_a_queue_longer_than_npuctl_reads_says_it_is_cut(capsys, monkeypatch) -> None:
     from npuctl.client import MAX_PAGES
 
-    server = HTTPServer(("127.0.0.1", 0), _EndlessQueue)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{server.server_port}")
+    with _serving(_EndlessQueue) as url:
+        monkeypatch.setenv("NPUPORTAL_URL", url)
         monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
         assert main(["queue"]) == 0
         out = capsys.readouterr()
         assert f"showing the first {MAX_PAGES + 1} jobs only" in out.err
         assert len([line for line in out.out.splitlines() if "Resources" in line]) == MAX_PAGES + 1
-    finally:
-        server.shutdown()
-        server.server_close()
