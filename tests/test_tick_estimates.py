@@ -162,3 +162,15 @@ def test_a_fault_in_the_planning_pass_does_not_stop_the_tick(demo, api, user_fac
     assert _estimate(third) == t0 + timedelta(seconds=1860)  # decide's own: the first blocked job now
     assert _estimate(fourth) == t0 + timedelta(seconds=6000)  # the pass's, kept, not cleared
     assert TickRecord.objects.order_by("-started_at").first().estimate_ms is None
+
+
+def test_a_tick_survives_a_pool_that_never_frees(demo, api, user_factory) -> None:
+    """A running job with no duration at all (estimate set to 0 by hand) holds its cards forever."""
+    client, _, t0 = _training(api, user_factory)
+    first = _submit(client, 8, 3600)
+    assert run_tick(t0).started == [first]
+    Job.objects.filter(pk=first).update(estimated_duration_s=0, max_duration_s=None)
+    second = _submit(client, 8, 600)
+    run_tick(t0 + timedelta(seconds=30))
+    job = Job.objects.get(pk=second)
+    assert job.pending_reason == "Resources" and job.estimated_start is None

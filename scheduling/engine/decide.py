@@ -884,7 +884,9 @@ class Tick:
         else:
             self.blocked.update(c for c in fresh)
         self.version += 1
-        return reasons.RESOURCES, "", at
+        # A pool whose cards never all come free (a job without any duration holds one) has no
+        # start time to show: the hold stays (it keeps nothing from a job that ends), no estimate.
+        return reasons.RESOURCES, "", at if at < math.inf else None
 
     def hold(self, job: JobState, chip: str, at: float, devices: list[int]) -> None:
         """Hold ``devices`` for the pool's blocked job until ``at``: free ones leave the free state,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -328,7 +329,8 @@ def _persist(
         old = loaded.waiting.get(job_id)
         if old is None:
             continue
-        est = round(wait.estimated_start) if wait.estimated_start is not None else None
+        at = wait.estimated_start
+        est = round(at) if at is not None and math.isfinite(at) else None
         if est is None and keep_estimates and old[0] == wait.reason and wait.reason in CAPACITY_REASONS:
             est = old[2]
         detail = wait.detail[:300]

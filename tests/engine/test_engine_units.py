@@ -184,3 +184,11 @@ def test_a_team_reaching_its_max_within_a_tick_is_refused_from_then_on() -> None
     out = decide(snapshot(pol, cl, [job(10 + i, "a", n=1, submitted=-100 + i) for i in range(6)]))
     assert sorted(s.job_id for s in out.starts) == [10, 11, 12, 13]
     assert {out.waiting[j].reason for j in (14, 15)} == {reasons.QUOTA_MAX_DEVICES}
+
+
+def test_a_pool_whose_cards_never_free_gives_no_estimate_rather_than_infinity() -> None:
+    cl = Cluster().node("n1", devices=2)
+    forever = [job(i + 1, slots=[cl.dev(f"n1/{i}")], est=0) for i in range(2)]  # no estimate, no max
+    out = decide(snapshot(policy(), cl, [job(10, n=1)], forever))
+    assert out.waiting[10].reason == reasons.RESOURCES
+    assert out.waiting[10].estimated_start is None
