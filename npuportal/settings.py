@@ -8,9 +8,11 @@ Celery over the filesystem transport under ``var/``. ``DATABASE_URL`` and
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -24,6 +26,21 @@ def _env_bool(name: str, default: bool) -> bool:
     if value is None:
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_number(name: str, default: float, *, whole: bool = False, minimum: float = 0.0) -> Any:
+    """A number from the environment, checked at start-up with the variable named, not a bare ValueError."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return int(default) if whole else float(default)
+    try:
+        value: float = int(text) if whole else float(text)
+    except ValueError:
+        kind = "a whole number" if whole else "a number"
+        raise ValueError(f"{name}={text!r}: expected {kind}") from None
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name}={text!r}: expected a number of at least {minimum:g}")
+    return value
 
 
 def _secret_key() -> str:
@@ -184,28 +201,28 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 #: Seconds between scheduling ticks (Celery beat).
-TICK_INTERVAL_S = float(os.environ.get("NPUPORTAL_TICK_INTERVAL", "3"))
+TICK_INTERVAL_S = _env_number("NPUPORTAL_TICK_INTERVAL", 3, minimum=0.1)
 #: Seconds between agent polls (health and job states).
-AGENT_POLL_INTERVAL_S = float(os.environ.get("NPUPORTAL_AGENT_POLL_INTERVAL", "5"))
+AGENT_POLL_INTERVAL_S = _env_number("NPUPORTAL_AGENT_POLL_INTERVAL", 5, minimum=0.1)
 #: Seconds an agent call may take before it counts as a missed poll.
-AGENT_TIMEOUT_S = float(os.environ.get("NPUPORTAL_AGENT_TIMEOUT", "3"))
+AGENT_TIMEOUT_S = _env_number("NPUPORTAL_AGENT_TIMEOUT", 3, minimum=0.1)
 # Health state machine (docs/health.md). A device hotter than the warning threshold is ``warning``
 # (still schedulable); hotter than the degraded threshold, ``degraded`` (no new work, running jobs stay).
-HEALTH_TEMP_WARNING_C = float(os.environ.get("NPUPORTAL_HEALTH_TEMP_WARNING_C", "85"))
-HEALTH_TEMP_DEGRADED_C = float(os.environ.get("NPUPORTAL_HEALTH_TEMP_DEGRADED_C", "95"))
+HEALTH_TEMP_WARNING_C = _env_number("NPUPORTAL_HEALTH_TEMP_WARNING_C", 85)
+HEALTH_TEMP_DEGRADED_C = _env_number("NPUPORTAL_HEALTH_TEMP_DEGRADED_C", 95)
 #: Polls in a row a node may miss before it is ``unreachable`` and its running jobs are requeued.
-AGENT_MISSED_POLLS = int(os.environ.get("NPUPORTAL_AGENT_MISSED_POLLS", "3"))
+AGENT_MISSED_POLLS = _env_number("NPUPORTAL_AGENT_MISSED_POLLS", 3, whole=True, minimum=1)
 #: Polls in a row an unreachable node must answer before it takes work again (flap damping).
-AGENT_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_AGENT_REJOIN_POLLS", "3"))
+AGENT_REJOIN_POLLS = _env_number("NPUPORTAL_AGENT_REJOIN_POLLS", 3, whole=True, minimum=1)
 #: Polls in a row a degraded or failed device must look better before it rejoins (flap damping).
-HEALTH_REJOIN_POLLS = int(os.environ.get("NPUPORTAL_HEALTH_REJOIN_POLLS", "3"))
+HEALTH_REJOIN_POLLS = _env_number("NPUPORTAL_HEALTH_REJOIN_POLLS", 3, whole=True, minimum=1)
 #: Waiting jobs per tick given an estimated start by the planning pass after the decision
 #: (``scheduling.engine.estimate``; highest priority first, like Slurm's ``bf_max_job_test``). 0: none.
-ESTIMATE_MAX_JOBS = int(os.environ.get("NPUPORTAL_ESTIMATE_MAX_JOBS", "2000"))
+ESTIMATE_MAX_JOBS = _env_number("NPUPORTAL_ESTIMATE_MAX_JOBS", 2000, whole=True)
 #: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
-ESTIMATE_INTERVAL_S = float(os.environ.get("NPUPORTAL_ESTIMATE_INTERVAL", "30"))
+ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.
-TICK_STALE_AFTER_S = float(os.environ.get("NPUPORTAL_TICK_STALE_AFTER", "60"))
+TICK_STALE_AFTER_S = _env_number("NPUPORTAL_TICK_STALE_AFTER", 60, minimum=1)
 
 # --- REST API -----------------------------------------------------------------
 

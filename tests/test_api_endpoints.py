@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -616,3 +618,26 @@ def test_throttle_rates_come_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("NPUPORTAL_THROTTLE_USER", "lots")
     with pytest.raises(ValueError, match="NPUPORTAL_THROTTLE_USER"):
         _throttle_rate("NPUPORTAL_THROTTLE_USER", "600/min")
+
+
+def test_numeric_settings_from_the_environment_name_the_variable_when_wrong(monkeypatch) -> None:
+    from npuportal.settings import _env_number
+
+    monkeypatch.delenv("NPUPORTAL_ESTIMATE_MAX_JOBS", raising=False)
+    assert _env_number("NPUPORTAL_ESTIMATE_MAX_JOBS", 2000, whole=True) == 2000
+    monkeypatch.setenv("NPUPORTAL_ESTIMATE_MAX_JOBS", " 500 ")
+    assert _env_number("NPUPORTAL_ESTIMATE_MAX_JOBS", 2000, whole=True) == 500
+    for bad, why in (
+        ("lots", "expected a whole number"),
+        ("2.5", "expected a whole number"),
+        ("-1", "expected a number of at least 0"),
+    ):
+        monkeypatch.setenv("NPUPORTAL_ESTIMATE_MAX_JOBS", bad)
+        with pytest.raises(ValueError, match=rf"NPUPORTAL_ESTIMATE_MAX_JOBS='{re.escape(bad)}': {why}$"):
+            _env_number("NPUPORTAL_ESTIMATE_MAX_JOBS", 2000, whole=True)
+    monkeypatch.setenv("NPUPORTAL_TICK_INTERVAL", "0")
+    with pytest.raises(ValueError, match=re.escape("NPUPORTAL_TICK_INTERVAL='0': expected a number of at least 0.1")):
+        _env_number("NPUPORTAL_TICK_INTERVAL", 3, minimum=0.1)
+    monkeypatch.setenv("NPUPORTAL_TICK_INTERVAL", "nan")
+    with pytest.raises(ValueError, match="NPUPORTAL_TICK_INTERVAL"):
+        _env_number("NPUPORTAL_TICK_INTERVAL", 3, minimum=0.1)
