@@ -11,7 +11,9 @@ order), on a copy of the cluster's future:
   start + estimate, or the max duration once the estimate is overrun; a
   leaving job at its grace deadline; the tick's own starts run from now);
 * a promise (``Decisions.promises``) keeps its cards for its job, which takes
-  them when they come free or at the promised time, whichever is later;
+  them when they come free or at the promised time, whichever is later; a job
+  in its preemption grace without one (a vNPU request) is planned like the
+  jobs below, keeping the estimate ``decide`` gave it;
 * each job waiting for capacity (``Resources`` or ``Priority``) takes, by the
   placement rules (one topology group, whole groups of one node, or whole
   nodes), the cards that let it start earliest, on a chip model its team's
@@ -446,7 +448,9 @@ def plan_starts(
     for jid, wait in decisions.waiting.items():
         if limit is not None and planned >= limit:
             break
-        if wait.reason not in CAPACITY_REASONS or jid in decisions.promises:
+        if jid in decisions.promises:
+            continue  # its cards are reserved above
+        if wait.reason not in CAPACITY_REASONS and wait.reason != reasons.PREEMPTION_GRACE:
             continue
         job = pending.get(jid)
         if job is None:

@@ -174,6 +174,25 @@ def test_slices_go_where_the_templates_resources_free_first_sliced_cards_before_
     assert plan[23] == (1300, (card0,))  # a whole card waits for every slice on it (s2 ends at 1300)
 
 
+def test_a_slice_in_its_preemption_grace_is_planned_so_the_jobs_behind_it_wait_for_its_share() -> None:
+    """Slices get no promise: the plan itself must give the card's share to the job that preempted."""
+    cl = Cluster().node("p", chip="310P3", devices=1)
+    card = cl.dev("p/0")
+    victim = job(1, cls="low", slots=[card], est=50_000)
+    first = job(20, cls="high", vnpu="vir04", est=1000, submitted=-300)  # preempts the low job
+    second = job(21, vnpu="vir04", est=100, submitted=-200)
+    third = job(22, vnpu="vir04", est=100, submitted=-100)
+    snap = snapshot(policy(grace=300), cl, [first, second, third], [victim])
+    out = decide(snap)
+    assert out.waiting[20].reason == reasons.PREEMPTION_GRACE and 20 not in out.promises
+    plan = {jid: (at - T0, devs) for jid, (at, devs) in plan_starts(snap, out).items()}
+    assert plan[20] == (300, (card,))  # half the card from the deadline, until 1300
+    assert plan[21] == (300, (card,))  # the other half
+    assert plan[22] == (400, (card,))  # after the second, not beside both at 300
+    estimate_starts(snap, out)
+    assert out.waiting[20].estimated_start == T0 + 300  # decide's (the deadline), kept
+
+
 def test_waiting_decisions_come_in_priority_order() -> None:
     """The pass walks ``Decisions.waiting`` as the queue: it must be the tick's order."""
     cl = Cluster().node("n1", devices=8).node("n2", chip="910A", devices=8, groups=2)
@@ -296,7 +315,7 @@ def test_the_plan_never_overfills_a_card_and_keeps_the_placement_rules(world) ->
         hold(jobs[s.job_id], [slot.device_id for slot in s.slots], now, _end(jobs[s.job_id], now))
     for jid, (at, devs) in plan.items():
         j = jobs[jid]
-        assert out.waiting[jid].reason in (reasons.RESOURCES, reasons.PRIORITY)
+        assert out.waiting[jid].reason in (reasons.RESOURCES, reasons.PRIORITY, reasons.PREEMPTION_GRACE)
         assert at >= now
         n = 1 if j.vnpu_template else j.num_devices
         assert len(devs) == len(set(devs)) == n
