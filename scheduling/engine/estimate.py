@@ -39,7 +39,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import insort
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from scheduling.engine import reasons
 from scheduling.engine.capacity import expected_end
@@ -56,10 +56,9 @@ CAPACITY_REASONS = frozenset({reasons.RESOURCES, reasons.PRIORITY})
 class _Node:
     """One schedulable server's usable cards of one chip model, as times they come free."""
 
-    __slots__ = ("chip", "gen", "groups", "name", "size", "whole")
+    __slots__ = ("chip", "gen", "groups", "size", "whole")
 
-    def __init__(self, name: str, chip: str, groups: list[list[tuple[float, int]]], size: int) -> None:
-        self.name = name
+    def __init__(self, chip: str, groups: list[list[tuple[float, int]]], size: int) -> None:
         self.chip = chip
         #: Per topology group: ``(free time, device id)`` of its usable cards, sorted.
         self.groups = [sorted(cards) for cards in groups]
@@ -108,7 +107,6 @@ class _Plan:
     """The cluster's future as free times per card, and the best spot for a shape, kept in heaps."""
 
     def __init__(self, nodes: list[_Node]) -> None:
-        self.nodes = nodes
         self.by_chip: dict[str, list[_Node]] = {}
         for node in nodes:
             self.by_chip.setdefault(node.chip, []).append(node)
@@ -353,22 +351,18 @@ def _duration(job: JobState) -> float:
 
 def _free_times(
     snapshot: Snapshot, decisions: Decisions, now: float
-) -> tuple[dict[int, float], dict[int, float], dict[int, list[_Slice]]]:
-    """When each busy card comes free (the latest expected end of the jobs on it), and the same
-    split by kind: the end of the whole-card job on it, and the vNPU slices on it."""
+) -> tuple[dict[int, float], dict[int, list[_Slice]]]:
+    """What holds each busy card, by kind: when its whole-card job ends, and its vNPU slices."""
     evicted = set(decisions.evictions)
     deadlines = {p.job_id: p.grace_deadline for p in decisions.preemptions}
-    busy: dict[int, float] = {}
     whole: dict[int, float] = {}
     slices: dict[int, list[_Slice]] = {}
     chip_of = {dev.id: dev.chip_model for node in snapshot.nodes for dev in node.devices}
     templates = snapshot.templates
 
-    def hold(job: JobState, slots: Iterable[Slot], end: float) -> None:
+    def hold(slots: Iterable[Slot], end: float) -> None:
         for slot in slots:
             d = slot.device_id
-            if end > busy.get(d, -INF):
-                busy[d] = end
             tmpl = templates.get((chip_of.get(d, ""), slot.vnpu_template)) if slot.vnpu_template else None
             if tmpl is None:
                 if end > whole.get(d, -INF):
@@ -383,17 +377,17 @@ def _free_times(
         deadline = deadlines.get(job.id)
         if deadline is not None:
             end = min(end, max(deadline, now))
-        hold(job, job.slots, end)
+        hold(job.slots, end)
     if decisions.starts:
         pending = {job.id: job for job in snapshot.pending}
         for start in decisions.starts:
             started = pending.get(start.job_id)
             if started is not None:
-                hold(started, start.slots, now + _duration(started))
-    return busy, whole, slices
+                hold(start.slots, now + _duration(started))
+    return whole, slices
 
 
-def _build(snapshot: Snapshot, busy: dict[int, float], now: float) -> list[_Node]:
+def _build(snapshot: Snapshot, free_at: Callable[[int], float]) -> list[_Node]:
     nodes: list[_Node] = []
     for node in snapshot.nodes:
         by_chip: dict[str, dict[str, list[tuple[float, int]]]] = {}
@@ -403,11 +397,11 @@ def _build(snapshot: Snapshot, busy: dict[int, float], now: float) -> list[_Node
             cards = groups.setdefault(dev.topology_group, [])
             sizes[dev.chip_model] = sizes.get(dev.chip_model, 0) + 1
             if node.schedulable and dev.usable:
-                cards.append((max(busy.get(dev.id, now), now), dev.id))
+                cards.append((free_at(dev.id), dev.id))
         if not node.schedulable:
             continue
         for chip, groups in by_chip.items():
-            nodes.append(_Node(node.name, chip, list(groups.values()), sizes[chip]))
+            nodes.append(_Node(chip, list(groups.values()), sizes[chip]))
     return nodes
 
 
@@ -416,17 +410,22 @@ def plan_starts(
 ) -> dict[int, tuple[float, tuple[int, ...]]]:
     """The plan behind :func:`estimate_starts`: job id -> (estimated start, the cards it is planned on)."""
     now = snapshot.now.timestamp()
-    busy, whole, slices = _free_times(snapshot, decisions, now)
+    whole, slices = _free_times(snapshot, decisions, now)
+
+    def free_at(d: int) -> float:
+        """When card ``d`` is wholly free: its whole-card job and every slice on it ended."""
+        return max(whole.get(d, now), max((e for e, *_ in slices.get(d, ())), default=now), now)
+
     pending = {job.id: job for job in snapshot.pending}
     # A promise's cards go to its job: when they come free, or at the promised time if later.
     for jid, promise in decisions.promises.items():
         job = pending.get(jid)
         if job is None:
             continue
-        at = max([promise.until, now, *(busy.get(d, now) for d in promise.devices)])
+        at = max([promise.until, now, *map(free_at, promise.devices)])
         for d in promise.devices:
-            busy[d] = whole[d] = at + _duration(job)
-    plan = _Plan(_build(snapshot, busy, now))
+            whole[d] = at + _duration(job)
+    plan = _Plan(_build(snapshot, free_at))
     sliced: _Slices | None = None  # built for the first slice request
     chips = list(plan.by_chip)
     layout = plan.layout
