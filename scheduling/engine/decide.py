@@ -239,7 +239,7 @@ class Tick:
                 state.take_whole(pool, mask)
             self.promised[jid] = _Promised(promise, list(masks.items()))
             self._promised_devices[jid] = frozenset(promise.devices)
-            duration = job.estimated_duration_s or job.max_duration_s or 0.0
+            duration = job.estimated_duration_s or job.max_duration_s or math.inf
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
 
     def _count_running(self) -> list[Occupant]:
@@ -816,7 +816,9 @@ class Tick:
                         if (pool, i) not in hold.sliced_now:
                             hold.sliced_now.append((pool, i))
         duration = job.estimated_duration_s or job.max_duration_s or 0.0
-        occ = Occupant(job, chip, units, cards, units, self.now + duration, None, self.now, job.preempt_deadline)
+        # Without an estimate or a max the job has no known end, as expected_end says once it runs.
+        end = self.now + duration if duration > 0 else math.inf
+        occ = Occupant(job, chip, units, cards, units, end, None, self.now, job.preempt_deadline)
         state.add_occupant(occ, tmpl is not None)
         self._changed.append(occ)
         if self._preemptor is not None:
@@ -833,7 +835,7 @@ class Tick:
         for occ, why in plan.victims:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
             self._changed.append(occ)
-        duration = job.estimated_duration_s or job.max_duration_s or 0.0
+        duration = job.estimated_duration_s or job.max_duration_s or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
         if need.template is None:
             promise = self.out.promises[job.id] = Promise(job.id, tuple(plan.devices), plan.start_at)

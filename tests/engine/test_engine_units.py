@@ -192,3 +192,20 @@ def test_a_pool_whose_cards_never_free_gives_no_estimate_rather_than_infinity() 
     out = decide(snapshot(policy(), cl, [job(10, n=1)], forever))
     assert out.waiting[10].reason == reasons.RESOURCES
     assert out.waiting[10].estimated_start is None
+
+
+def test_a_job_started_without_any_duration_keeps_its_cards_in_the_same_ticks_shadow_times() -> None:
+    # A job with neither estimate nor max duration has no known end once running (the next
+    # tick's expected_end says so). The tick that starts it must see it the same way: its
+    # card is not a release "now" for the shadow time of the job blocked behind it.
+    cl = Cluster().node("n1", devices=2)
+    running = [job(1, slots=[cl.dev("n1/1")], est=1800)]
+    pending = [job(10, n=1, est=0, submitted=-200), job(11, n=2, submitted=-100)]
+    out = decide(snapshot(policy(), cl, pending, running))
+    assert [s.job_id for s in out.starts] == [10]
+    assert out.waiting[11].reason == reasons.RESOURCES
+    assert out.waiting[11].estimated_start is None  # was NOW: job 10's card taken to end at once
+    # The next tick, job 10 running, says the same.
+    started = job(10, n=1, est=0, slots=[s.device_id for s in out.starts[0].slots], started=0)
+    again = decide(snapshot(policy(), cl, [job(11, n=2, submitted=-100)], [*running, started]))
+    assert again.waiting[11].estimated_start is None
