@@ -174,3 +174,24 @@ def test_a_tick_survives_a_pool_that_never_frees(demo, api, user_factory) -> Non
     run_tick(t0 + timedelta(seconds=30))
     job = Job.objects.get(pk=second)
     assert job.pending_reason == "Resources" and job.estimated_start is None
+
+
+def test_a_job_waiting_for_its_teams_own_jobs_gets_an_estimate(demo, api, user_factory, settings) -> None:
+    settings.ESTIMATE_INTERVAL_S = 30
+    settings.ESTIMATE_MAX_JOBS = 100
+    create_version(POLICY.replace("devices: 28", "devices: 8"), author=None, comment="test")
+    lead = user_factory("tina", team="training", role="lead")
+    client = api(lead)
+    t0 = timezone.now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    first = _submit(client, 8, 3600)
+    assert run_tick(t0).started == [first]
+    body = {"name": "more", "command": "sleep 1", "estimated_duration_s": 600, "num_devices": 4}
+    resp = client.post("/api/v1/jobs/", body, format="json")  # any chip model: other servers are free
+    assert resp.status_code == 201, resp.json()
+    second = resp.json()["id"]
+    run_tick(t0 + timedelta(seconds=30))
+    view = client.get(f"/api/v1/jobs/{second}/").json()
+    assert view["pending_reason"] == "QuotaMaxDevices"
+    # Not the cards: the team's max, until its own 8-card job ends.
+    assert _estimate(second) == t0 + timedelta(seconds=3600)
+    assert view["estimated_start"] is not None

@@ -14,20 +14,27 @@ order), on a copy of the cluster's future:
   them when they come free or at the promised time, whichever is later; a job
   in its preemption grace without one (a vNPU request) is planned like the
   jobs below, keeping the estimate ``decide`` gave it;
-* each job waiting for capacity (``Resources`` or ``Priority``) takes, by the
+* each job waiting for capacity (``Resources`` or ``Priority``) or for its
+  team's own jobs to end (``QuotaMaxDevices``, ``QuotaMaxJobs``) takes, by the
   placement rules (one topology group, whole groups of one node, or whole
   nodes), the cards that let it start earliest, on a chip model its team's
-  ``max`` for that model leaves room for; it keeps them for its estimated
-  duration. That start is its estimate. Earlier in the order comes
-  first: this is a plan without backfill, so a job may start sooner than
-  estimated (backfill, jobs ending early) or later (a higher job submitted
-  meanwhile, a reservation held for other classes, quota).
+  ``max`` for that model leaves room for, once its team has room for it under
+  its ``max`` devices (overall and per chip model) and its max jobs (see
+  :class:`_Room`: what the team's running, started and planned jobs give back
+  as they end); it keeps them for its estimated duration. That start is its
+  estimate. Earlier in the order comes first: this is a plan without
+  backfill, so a job may start sooner than estimated (backfill, jobs ending
+  early) or later (a higher job submitted meanwhile, a reservation held for
+  other classes).
 
 A vNPU request takes the card where its template fits first (see
 :class:`_Slices`). A job whose turn comes after cards that never come free (a
-job without any duration, an unbounded run) gets no estimate, nor do jobs
-waiting for quota or static shape reasons. ``limit`` bounds how many jobs one pass
-plans, as Slurm's ``bf_max_job_test`` does; the ones after it get none.
+job without any duration, an unbounded run), or whose team's limit never
+leaves room for it, gets no estimate, nor do jobs waiting for other quota
+reasons (class, duration, monthly budget) or static shape reasons. Limits
+are those in force now: a time-of-day schedule that raises them later makes
+the job start sooner. ``limit`` bounds how many jobs one pass plans, as Slurm's
+``bf_max_job_test`` does; the ones after it get none.
 
 The pass is separate from ``decide`` on purpose: it changes no decision, and
 the caller (the database tick) runs it after deciding, so the hot path of the
@@ -40,17 +47,22 @@ import heapq
 import math
 from bisect import insort
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from scheduling.engine import reasons
-from scheduling.engine.capacity import expected_end
-from scheduling.engine.policy import chip_resource
+from scheduling.engine.capacity import EPS, expected_end
+from scheduling.engine.policy import DEVICES, chip_resource
 from scheduling.engine.quota import quota_in_force
 from scheduling.engine.snapshot import Decisions, JobState, Slot, Snapshot, VnpuTemplate
 
 INF = math.inf
 
-#: Reasons whose jobs wait only for cards to come free: the ones worth an estimate.
+#: Reasons whose jobs wait only for cards to come free.
 CAPACITY_REASONS = frozenset({reasons.RESOURCES, reasons.PRIORITY})
+#: Reasons whose jobs wait for their own team's jobs to end (its ``max`` devices, its max jobs).
+QUOTA_WAITS = frozenset({reasons.QUOTA_MAX_DEVICES, reasons.QUOTA_MAX_JOBS})
+#: Every reason the pass gives an estimate for.
+ESTIMATED_REASONS = CAPACITY_REASONS | QUOTA_WAITS
 
 
 class _Node:
@@ -344,31 +356,216 @@ class _Slices:
         self.plan.card_busy(chip, i, gi, d, end)
 
 
+class _Room:
+    """Room under one of a team's limits over time, as chunks ``[time it comes free, amount]``.
+
+    The same model as the cards': room taken by a planned job is its own until
+    the job ends, then it comes back. At the start, the limit minus what the
+    team holds is free now, and each job the team runs gives its share back when
+    it is expected to end (a team above its limit, after a schedule lowered it,
+    first works off the excess).
+    """
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, cap: float, held: list[tuple[float, float]], now: float) -> None:
+        held.sort()
+        excess = sum(amount for _, amount in held) - cap
+        chunks: list[list[float]] = [[now, -excess]] if excess < -EPS else []
+        for end, amount in held:
+            if end == INF:
+                break  # never given back
+            if excess > EPS:
+                if amount <= excess:
+                    excess -= amount
+                    continue
+                amount -= excess
+                excess = 0.0
+            chunks.append([end, amount])
+        self.chunks = chunks
+
+    def time_for(self, amount: float) -> float:
+        """When ``amount`` is free (``INF``: never)."""
+        want = amount - EPS
+        acc = 0.0
+        for at, part in self.chunks:
+            acc += part
+            if acc >= want:
+                return at
+        return INF
+
+    def take(self, amount: float, start: float, end: float) -> None:
+        """A job holds ``amount`` from ``start`` to ``end``: the earliest room free by ``start`` is its.
+
+        ``start`` is at or after :meth:`time_for`, so the room is there (what is
+        missing for float slack is simply not given back).
+        """
+        chunks = self.chunks
+        left = amount
+        i = 0
+        while left > EPS and i < len(chunks) and chunks[i][0] <= start:
+            part = chunks[i][1]
+            if part <= left + EPS:
+                left -= part
+                i += 1
+            else:
+                chunks[i][1] = part - left
+                left = 0.0
+        del chunks[:i]
+        taken = amount - max(left, 0.0)
+        if taken > EPS and end < INF:
+            insort(chunks, [end, taken])
+
+
+@dataclass(slots=True)
+class _TeamRoom:
+    """A team's limits as :class:`_Room`: ``max`` devices overall and per chip model, max jobs."""
+
+    total: _Room | None
+    by_chip: dict[str, _Room]
+    jobs: _Room | None
+    #: :meth:`rooms` per chip model.
+    of_chip: dict[str, list[tuple[_Room, bool]]]
+
+    def rooms(self, chip: str) -> list[tuple[_Room, bool]]:
+        """The rooms a job on ``chip`` needs, each with whether it counts jobs (else units)."""
+        out = self.of_chip.get(chip)
+        if out is None:
+            out = self.of_chip[chip] = []
+            if self.total is not None:
+                out.append((self.total, False))
+            on_chip = self.by_chip.get(chip)
+            if on_chip is not None:
+                out.append((on_chip, False))
+            if self.jobs is not None:
+                out.append((self.jobs, True))
+        return out
+
+
+class _Quotas:
+    """Every limited team's room over time, built from the running jobs and the tick's starts.
+
+    ``demand``: per team, at most how many units and jobs the pass may plan for it.
+    A limit with that much room now never moves a job (each takes its units from
+    the room free now, and the cards come free no earlier), so it is left out:
+    most limits, most of the time, and the pass then costs what it did without them.
+    """
+
+    def __init__(
+        self, snapshot: Snapshot, now: float, held: _Held, cores: dict[str, int], demand: dict[str, tuple[float, int]]
+    ) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self.held = held
+        self.card_cores = cores
+        self.demand = demand
+        self.teams: dict[str, _TeamRoom | None] = {}
+
+    def units(self, chip: str, template: str | None) -> float:
+        """Device units of one card (1) or one slice of ``template`` on ``chip``, as ``decide`` counts them."""
+        if template is None:
+            return 1.0
+        tmpl = self.snapshot.templates.get((chip, template))
+        cores = self.card_cores.get(chip, 0)
+        return tmpl.ai_cores / cores if tmpl is not None and cores else 1.0
+
+    def of(self, team: str) -> _TeamRoom | None:
+        """The team's rooms (``None``: no limit to plan against)."""
+        if team in self.teams:
+            return self.teams[team]
+        quota, _ = quota_in_force(self.snapshot.policy, team, self.snapshot.now)
+        held = self.held.get(team, [])
+        now = self.now
+        units, jobs = self.demand.get(team, (0.0, 0))
+
+        def room(cap: float | None, items: list[tuple[float, float]], want: float) -> _Room | None:
+            if cap is None or cap - sum(amount for _, amount in items) >= want:
+                return None  # never binds in this pass
+            return _Room(cap, items, now)
+
+        by_chip: dict[str, _Room] = {}
+        for key, cap in quota.max.items():
+            if key != DEVICES:
+                chip = key[len(DEVICES) + 1 :]
+                found_chip = room(cap, [(end, u) for end, c, u in held if c == chip], units)
+                if found_chip is not None:
+                    by_chip[chip] = found_chip
+        total = room(quota.max.get(DEVICES), [(end, u) for end, _, u in held], units)
+        cap_jobs = quota.max_concurrent_jobs
+        count = room(None if cap_jobs is None else float(cap_jobs), [(end, 1.0) for end, _, _ in held], float(jobs))
+        found = None
+        if total is not None or by_chip or count is not None:
+            found = _TeamRoom(total, by_chip, count, {})
+        self.teams[team] = found
+        return found
+
+    @staticmethod
+    def time_for(rooms: list[tuple[_Room, bool]], units: float) -> float:
+        """When every room has space for the job."""
+        at = -INF
+        for room, counts_jobs in rooms:
+            t = room.time_for(1.0 if counts_jobs else units)
+            if t > at:
+                at = t
+        return at
+
+    @staticmethod
+    def take(rooms: list[tuple[_Room, bool]], units: float, start: float, end: float) -> None:
+        for room, counts_jobs in rooms:
+            room.take(1.0 if counts_jobs else units, start, end)
+
+
 def _duration(job: JobState) -> float:
     """How long a planned job keeps its cards: its estimate, else its max duration, else forever."""
     return job.estimated_duration_s or job.max_duration_s or INF
 
 
+#: What a team holds now: ``(expected end, chip model, device units)`` per running or started job.
+_Held = dict[str, list[tuple[float, str, float]]]
+
+
 def _free_times(
     snapshot: Snapshot, decisions: Decisions, now: float
-) -> tuple[dict[int, float], dict[int, list[_Slice]]]:
-    """What holds each busy card, by kind: when its whole-card job ends, and its vNPU slices."""
+) -> tuple[dict[int, float], dict[int, list[_Slice]], _Held, dict[str, int]]:
+    """What holds each busy card, by kind: when its whole-card job ends, and its vNPU slices.
+
+    Also, from the same jobs, what each team holds (for its limits, see :class:`_Quotas`),
+    and the AI cores of a card per chip model (a slice counts its share of them, as
+    ``Chip.slice_units`` does).
+    """
     evicted = set(decisions.evictions)
     deadlines = {p.job_id: p.grace_deadline for p in decisions.preemptions}
     whole: dict[int, float] = {}
     slices: dict[int, list[_Slice]] = {}
-    chip_of = {dev.id: dev.chip_model for node in snapshot.nodes for dev in node.devices}
+    held: _Held = {}
+    chip_of: dict[int, str] = {}
+    cores: dict[str, int] = {}
+    for node in snapshot.nodes:
+        for dev in node.devices:
+            chip_of[dev.id] = dev.chip_model
+            if dev.ai_cores > cores.get(dev.chip_model, 0):
+                cores[dev.chip_model] = dev.ai_cores
     templates = snapshot.templates
 
-    def hold(slots: Iterable[Slot], end: float) -> None:
+    def hold(job: JobState, slots: Iterable[Slot], end: float) -> None:
+        chip = job.chip_model or ""
+        units = 0.0
         for slot in slots:
             d = slot.device_id
-            tmpl = templates.get((chip_of.get(d, ""), slot.vnpu_template)) if slot.vnpu_template else None
+            chip = chip_of.get(d, chip)
+            tmpl = templates.get((chip, slot.vnpu_template)) if slot.vnpu_template else None
             if tmpl is None:
+                units += 1.0
                 if end > whole.get(d, -INF):
                     whole[d] = end
             else:
+                units += tmpl.ai_cores / cores[chip] if cores.get(chip) else 1.0
                 slices.setdefault(d, []).append((end, tmpl.ai_cores, tmpl.memory_mb, tmpl.ai_cpus))
+        mine = held.get(job.team)
+        if mine is None:
+            held[job.team] = [(end, chip, units)]
+        else:
+            mine.append((end, chip, units))
 
     for job in snapshot.running:
         if job.id in evicted:
@@ -377,14 +574,14 @@ def _free_times(
         deadline = deadlines.get(job.id)
         if deadline is not None:
             end = min(end, max(deadline, now))
-        hold(job.slots, end)
+        hold(job, job.slots, end)
     if decisions.starts:
         pending = {job.id: job for job in snapshot.pending}
         for start in decisions.starts:
             started = pending.get(start.job_id)
             if started is not None:
-                hold(start.slots, now + _duration(started))
-    return whole, slices
+                hold(started, start.slots, now + _duration(started))
+    return whole, slices, held, cores
 
 
 def _build(snapshot: Snapshot, free_at: Callable[[int], float]) -> list[_Node]:
@@ -410,7 +607,7 @@ def plan_starts(
 ) -> dict[int, tuple[float, tuple[int, ...]]]:
     """The plan behind :func:`estimate_starts`: job id -> (estimated start, the cards it is planned on)."""
     now = snapshot.now.timestamp()
-    whole, slices = _free_times(snapshot, decisions, now)
+    whole, slices, held, cores = _free_times(snapshot, decisions, now)
 
     def free_at(d: int) -> float:
         """When card ``d`` is wholly free: its whole-card job and every slice on it ended."""
@@ -442,6 +639,22 @@ def plan_starts(
             hit = fenced[key] = [c for c in chips if cap.get(chip_resource(c), n) >= n]
         return hit
 
+    # What the pass may plan per team (slices counted as a whole card): see _Quotas.
+    demand: dict[str, tuple[float, int]] = {}
+    tried = 0
+    for jid, wait in decisions.waiting.items():
+        if limit is not None and tried >= limit:
+            break
+        if jid in decisions.promises or (
+            wait.reason not in ESTIMATED_REASONS and wait.reason != reasons.PREEMPTION_GRACE
+        ):
+            continue
+        job = pending.get(jid)
+        if job is not None:
+            tried += 1
+            units, count = demand.get(job.team, (0.0, 0))
+            demand[job.team] = (units + (1.0 if job.vnpu_template else job.num_devices), count + 1)
+    quotas = _Quotas(snapshot, now, held, cores, demand)
     out: dict[int, tuple[float, tuple[int, ...]]] = {}
     planned = 0
     for jid, wait in decisions.waiting.items():
@@ -449,26 +662,36 @@ def plan_starts(
             break
         if jid in decisions.promises:
             continue  # its cards are reserved above
-        if wait.reason not in CAPACITY_REASONS and wait.reason != reasons.PREEMPTION_GRACE:
+        if wait.reason not in ESTIMATED_REASONS and wait.reason != reasons.PREEMPTION_GRACE:
             continue
         job = pending.get(jid)
         if job is None:
             continue
         planned += 1
+        team = quotas.of(job.team)
+        duration = _duration(job)
         if job.vnpu_template is not None:
             if sliced is None:
                 sliced = _Slices(plan, snapshot, whole, slices, now)
-            spot_of: tuple[float, int, VnpuTemplate] | None = None
+            spot_of: tuple[float, int, VnpuTemplate, float] | None = None
             for chip in chips_for(job.team, 1):
                 tmpl = snapshot.templates.get((chip, job.vnpu_template))
                 if tmpl is None or (job.chip_model is not None and chip != job.chip_model):
                     continue
                 found = sliced.earliest(chip, tmpl)
-                if found is not None and (spot_of is None or found[0] < spot_of[0]):
-                    spot_of = (found[0], found[1], tmpl)
+                if found is None:
+                    continue
+                at = found[0]
+                units = quotas.units(chip, job.vnpu_template)
+                if team is not None:
+                    at = max(at, quotas.time_for(team.rooms(chip), units))
+                if at < INF and (spot_of is None or at < spot_of[0]):
+                    spot_of = (at, found[1], tmpl, units)
             if spot_of is not None:
-                at, card, tmpl = spot_of
-                sliced.take(card, tmpl, at + _duration(job))
+                at, card, tmpl, units = spot_of
+                sliced.take(card, tmpl, at + duration)
+                if team is not None:
+                    quotas.take(team.rooms(sliced.where[card][0]), units, at, at + duration)
                 out[jid] = (max(at, now), (card,))
             continue
         best: tuple[float, str, _Shape, list[tuple[float, int, int, int]]] | None = None
@@ -479,16 +702,26 @@ def plan_starts(
             if shape is None:
                 continue
             spot = plan.earliest(chip, shape)
-            if spot is not None and (best is None or spot[-1][0] < best[0]):
-                best = (spot[-1][0], chip, shape, spot)
+            if spot is None:
+                continue
+            at = spot[-1][0]
+            if team is not None:
+                at = max(at, quotas.time_for(team.rooms(chip), float(job.num_devices)))
+            if at < INF and (best is None or at < best[0]):
+                best = (at, chip, shape, spot)
         if best is None:
             continue
-        at, devices = plan.take(best[1], best[2], best[3], _duration(job))
-        end = at + _duration(job)
+        at, chip, shape, spot = best
+        # The cards are free from the spot's time; a job that waits for room under its
+        # team's limits starts later, and keeps them from then until it ends.
+        _, devices = plan.take(chip, shape, spot, at - spot[-1][0] + duration)
+        end = at + duration
         for d in devices:
             whole[d] = end
             if sliced is not None:
                 sliced.changed(d)
+        if team is not None:
+            quotas.take(team.rooms(chip), float(job.num_devices), at, end)
         out[jid] = (max(at, now), tuple(sorted(devices)))
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from scheduling.engine import reasons
 from scheduling.engine.decide import Tick
-from scheduling.engine.estimate import CAPACITY_REASONS, estimate_starts
+from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
 from scheduling.engine.placement import need_of
 from scheduling.engine.policy import quota_to_json
 from scheduling.engine.priority import class_factors, job_factors, weighted
@@ -88,7 +88,7 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
         )
         return out
     wait = decisions.waiting[job_id]
-    if wait.estimated_start is None and wait.reason in CAPACITY_REASONS:
+    if wait.estimated_start is None and wait.reason in ESTIMATED_REASONS:
         estimate_starts(snapshot, decisions)  # as the tick's planning pass gives it
     out.update(
         decision="wait",

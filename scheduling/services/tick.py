@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from quotas.services import active_policy
 from scheduling.engine.decide import decide
-from scheduling.engine.estimate import CAPACITY_REASONS, estimate_starts
+from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
 from scheduling.engine.snapshot import Decisions, Snapshot
 from scheduling.models import Allocation, Job, JobEvent, JobPromise, TickRecord
 from scheduling.services.snapshot import LoadedState, load_snapshot
@@ -331,7 +331,7 @@ def _persist(
             continue
         at = wait.estimated_start
         est = round(at) if at is not None and math.isfinite(at) else None
-        if est is None and keep_estimates and old[0] == wait.reason and wait.reason in CAPACITY_REASONS:
+        if est is None and keep_estimates and old[0] == wait.reason and wait.reason in ESTIMATED_REASONS:
             est = old[2]
         detail = wait.detail[:300]
         if (old[0], old[1], old[2]) != (wait.reason, detail, est):

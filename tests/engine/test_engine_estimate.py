@@ -142,17 +142,82 @@ def test_a_chip_model_the_teams_max_fences_off_is_not_planned_on() -> None:
     assert plan[22][0] == 100  # another team's job may take the 910A server
 
 
-def test_quota_waits_get_no_estimate_and_the_limit_bounds_the_pass() -> None:
+def test_a_quota_wait_that_never_ends_gets_no_estimate_and_the_limit_bounds_the_pass() -> None:
     cl = Cluster().node("n1", devices=8)
     pol = policy({"q": quota(max_jobs=0), "a": quota()})
     running = _busy(cl, "n1", [100, 200, 300, 400, 500, 600, 700, 800])
     capped = job(20, "q", n=1, submitted=-500)
     queue = [job(30 + i, "a", n=1, est=100, submitted=-300 + i) for i in range(5)]
     out, plan = _plan(pol, cl, [capped, *queue], running)
-    assert out.waiting[20].reason == reasons.QUOTA_MAX_JOBS and 20 not in plan
+    assert out.waiting[20].reason == reasons.QUOTA_MAX_JOBS and 20 not in plan  # max 0 jobs: never
     assert [plan[30 + i][0] for i in range(5)] == [100, 200, 200, 300, 300]
     _, limited = _plan(pol, cl, [capped, *queue], running, limit=3)
-    assert sorted(limited) == [30, 31, 32]
+    assert sorted(limited) == [30, 31]  # the quota wait was tried: it counts
+
+
+def _q(cl: Cluster, jid: int, dev: str, end: float, team: str = "q") -> JobState:
+    """A running 1-card job of ``team`` on ``dev`` expected to end ``end`` after NOW."""
+    return job(jid, team, slots=[cl.dev(dev)], started=-600, est=600 + end)
+
+
+def test_a_team_at_its_max_devices_is_planned_for_when_its_own_jobs_end() -> None:
+    cl = Cluster().node("n1", devices=8)
+    pol = policy({"q": quota(max={"devices": 2}), "a": quota()})
+    running = [_q(cl, 1, "n1/0", 300), _q(cl, 2, "n1/1", 500)]
+    pending = [
+        job(20, "q", n=1, est=1000, submitted=-300),
+        job(21, "q", n=1, est=100, submitted=-200),
+        job(22, "q", n=2, est=100, submitted=-100),
+    ]
+    snap = snapshot(pol, cl, pending, running)
+    out = decide(snap)
+    assert [out.waiting[j].reason for j in (20, 21, 22)] == [reasons.QUOTA_MAX_DEVICES] * 3
+    plan = {jid: at - T0 for jid, (at, _) in plan_starts(snap, out).items()}
+    # Six cards are free now; the team's room is not: 20 takes the unit job 1 gives back at 300
+    # and keeps it to 1300, 21 the one job 2 gives back at 500 (to 600), 22 needs both: 1300.
+    assert plan == {20: 300, 21: 500, 22: 1300}
+    assert estimate_starts(snap, out) == 3
+    assert out.waiting[20].estimated_start == T0 + 300
+    assert explain(snap, 22)["estimated_start"] == T0 + 1320  # rounded up to the minute
+
+
+def test_a_team_at_its_max_jobs_is_planned_for_when_one_ends() -> None:
+    cl = Cluster().node("n1", devices=8)
+    pol = policy({"q": quota(max_jobs=1), "a": quota()})
+    out, plan = _plan(pol, cl, [job(20, "q", n=4, submitted=-100)], [_q(cl, 1, "n1/0", 200)])
+    assert out.waiting[20].reason == reasons.QUOTA_MAX_JOBS
+    assert plan[20][0] == 200
+
+
+def test_a_per_chip_max_plans_on_that_chip_only_and_cards_can_come_later_than_room() -> None:
+    cl = Cluster().node("b4", devices=2).node("a", chip="910A", devices=8, groups=2)
+    pol = policy({"q": quota(max={"devices/910B4": 2}), "a": quota()})
+    running = [_q(cl, 1, "b4/0", 300), _q(cl, 2, "b4/1", 600, team="a")]
+    pending = [job(20, "q", n=2, chip="910B4", submitted=-200), job(21, "q", n=2, submitted=-100)]
+    out, plan = _plan(pol, cl, pending, running)
+    assert out.waiting[20].reason == reasons.QUOTA_MAX_DEVICES  # 1 + 2 > 2 on 910B4
+    assert [s.job_id for s in out.starts] == [21]  # no chip asked: the 910A server
+    # Room for two 910B4 units at 300 (job 1 ends), both 910B4 cards only at 600.
+    assert plan[20] == (600, (cl.dev("b4/0"), cl.dev("b4/1")))
+
+
+def test_a_request_above_the_teams_max_gets_no_estimate() -> None:
+    cl = Cluster().node("n1", devices=8)
+    pol = policy({"q": quota(max={"devices": 2}), "a": quota()})
+    out, plan = _plan(pol, cl, [job(20, "q", n=4)], [])
+    assert out.waiting[20].reason == reasons.QUOTA_MAX_DEVICES and plan == {}
+
+
+def test_jobs_waiting_for_cards_are_planned_within_their_teams_max_too() -> None:
+    # decide admits all three (nothing of the team runs yet); once two of them run the team
+    # is at its max, so the third waits for the first to end, not for the third card.
+    cl = Cluster().node("n1", devices=4)
+    pol = policy({"q": quota(max={"devices": 2}), "a": quota()})
+    running = [_q(cl, 1 + i, f"n1/{i}", 100 * (i + 1), team="a") for i in range(4)]
+    pending = [job(20 + i, "q", n=1, est=1000, submitted=-300 + i) for i in range(3)]
+    out, plan = _plan(pol, cl, pending, running)
+    assert {out.waiting[20 + i].reason for i in range(3)} == {reasons.RESOURCES}
+    assert [plan[20 + i][0] for i in range(3)] == [100, 200, 1100]
 
 
 def test_slices_go_where_the_templates_resources_free_first_sliced_cards_before_whole_ones() -> None:
@@ -348,3 +413,78 @@ def test_the_plan_never_overfills_a_card_and_keeps_the_placement_rules(world) ->
     first = next((w for w in out.waiting.values() if w.reason == reasons.RESOURCES), None)
     if first is not None and first.estimated_start is not None and first.job_id in plan:
         assert plan[first.job_id][0] == first.estimated_start
+
+
+@st.composite
+def _limited_worlds(draw):
+    """A world of :func:`_worlds` shared by two teams, each with random limits."""
+    cl, running, pending = draw(_worlds())
+    teams = ("p", "q")
+    for j in [*running, *pending]:
+        j.team = draw(st.sampled_from(teams))
+    limits = {}
+    for team in teams:
+        caps = {}
+        if draw(st.booleans()):
+            caps["devices"] = float(draw(st.integers(0, 24)))
+        if draw(st.booleans()):
+            caps[f"devices/{draw(st.sampled_from(['910A', '910B4', '310P3']))}"] = float(draw(st.integers(0, 12)))
+        limits[team] = quota(max=caps, max_jobs=draw(st.one_of(st.none(), st.integers(0, 12))))
+    return cl, running, pending, limits
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_limited_worlds())
+def test_the_plan_keeps_every_team_within_its_limits(world) -> None:
+    """At each planned start, the team's running jobs, the tick's starts and the jobs planned so
+    far, with the new one, stay within its ``max`` devices (overall and per chip model) and its
+    max jobs, unless the team was above a limit already (then the plan adds nothing there)."""
+    cl, running, pending, limits = world
+    snap = snapshot(policy(limits), cl, pending, running)
+    out = decide(snap)
+    plan = plan_starts(snap, out)
+    now = T0
+    devices = {d.id: d for n in cl.nodes for d in n.devices}
+    cores = {}
+    for d in devices.values():
+        cores[d.chip_model] = max(cores.get(d.chip_model, 0), d.ai_cores)
+
+    def units(j: JobState, devs) -> tuple[str, float]:
+        chip = devices[devs[0]].chip_model
+        if j.vnpu_template:
+            return chip, TEMPLATES[(chip, j.vnpu_template)].ai_cores / cores[chip]
+        return chip, float(len(devs))
+
+    spans = []  # (team, chip, units, start, end, planned?)
+    deadlines = {p.job_id: p.grace_deadline for p in out.preemptions}
+    for r in running:
+        if r.id in out.evictions:
+            continue
+        end = expected_end(r, now)
+        if r.id in deadlines:
+            end = min(end, max(deadlines[r.id], now))
+        spans.append((r.team, *units(r, [s.device_id for s in r.slots]), now, end, False))
+    jobs = {j.id: j for j in pending}
+    for s in out.starts:
+        j = jobs[s.job_id]
+        spans.append((j.team, *units(j, [x.device_id for x in s.slots]), now, _end(j, now), False))
+    for jid, (at, devs) in plan.items():
+        j = jobs[jid]
+        spans.append((j.team, *units(j, list(devs)), at, _end(j, at), True))
+    for team, q in limits.items():
+        mine = [x for x in spans if x[0] == team]
+        for _, chip, _, at, _, planned in mine:
+            if not planned:
+                continue
+            live = [x for x in mine if x[3] <= at < x[4]]
+            held = [x for x in live if not x[5]]
+            checks = [(q.max_concurrent_jobs, len(live), len(held))]
+            if "devices" in q.max:
+                checks.append((q.max["devices"], sum(x[2] for x in live), sum(x[2] for x in held)))
+            cap = q.max.get(f"devices/{chip}")
+            if cap is not None:
+                on = [x for x in live if x[1] == chip]
+                checks.append((cap, sum(x[2] for x in on), sum(x[2] for x in on if not x[5])))
+            for limit, total, already in checks:
+                if limit is not None:
+                    assert total <= max(limit, already) + 1e-6, f"team {team} above {limit} at {at - now}"
