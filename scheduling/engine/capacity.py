@@ -85,6 +85,7 @@ class Pool:
         "entries",
         "free",
         "gid",
+        "grants",
         "groups",
         "ids",
         "idx",
@@ -137,6 +138,17 @@ class Pool:
         #: ``Occupant.cards`` entry of each card given whole, and its :class:`Slot` (made on first use).
         self.entries: list[tuple[Pool, int, None]] = [(self, i, None) for i in range(size)]
         self.slot_objs: list[Slot | None] = [None] * size
+        #: Per card indices a job was given whole: its slots and its ``Occupant.cards`` (values
+        #: never changed once made: the placements of a node repeat from tick to tick).
+        self.grants: dict[tuple[int, ...], tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]] = {}
+
+    def grant(self, picked: tuple[int, ...]) -> tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]:
+        """The slots and ``Occupant.cards`` of a job given cards ``picked`` whole (made once)."""
+        found = self.grants.get(picked)
+        if found is None:
+            entries = self.entries
+            found = self.grants[picked] = (tuple([self.slot(i) for i in picked]), [entries[i] for i in picked])
+        return found
 
     def slot(self, i: int) -> Slot:
         """The :class:`Slot` of card ``i`` given whole (immutable: one object for every tick)."""

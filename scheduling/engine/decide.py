@@ -792,6 +792,10 @@ class Tick:
         return placement
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
+        one = placement.pool
+        if one is not None and placement.template is None:
+            self._start_whole(job, ledger, need.units[placement.chip], one, placement, backfilled)
+            return
         state = self.state
         chip = placement.chip
         units = need.units[chip]
@@ -800,13 +804,7 @@ class Tick:
         ledger.month_hours += units * job.estimated_duration_s / 3600.0
         self.reservations.on_start(job.priority_class, chip, units)  # also clears its memo
         tmpl = placement.template
-        one = placement.pool
-        cards: list[tuple[Pool, int, VnpuTemplate | None]]
-        if one is not None:
-            entries = one.entries
-            cards = [entries[i] for i in placement.picked]
-        else:
-            cards = [(pool, i, tmpl) for pool, i in placement.cards]
+        cards: list[tuple[Pool, int, VnpuTemplate | None]] = [(pool, i, tmpl) for pool, i in placement.cards]
         if tmpl is not None:  # a slice on a held card: the card stays held (it ends before the shadow)
             hold = self.holds.get(chip)
             if hold is not None:
@@ -824,6 +822,43 @@ class Tick:
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(job.id, slots, backfilled))
+        self.version += 1
+
+    def _start_whole(
+        self, job: JobState, ledger: TeamLedger, units: float, pool: Pool, placement: Placement, backfilled: bool
+    ) -> None:
+        """:meth:`start` for whole cards on one node, most starts: ``commit`` and ``add_occupant`` inlined."""
+        state = self.state
+        chip = placement.chip
+        chip_state = state.chips[chip]
+        chip_state.free_units -= units
+        state._touched.append(pool)
+        pool.free &= ~placement.mask
+        chip_state.rebucket(pool)
+        slots, cards = pool.grant(placement.picked)
+        ledger.add(chip, units, 1)
+        ledger.month_hours += units * job.estimated_duration_s / 3600.0
+        self.reservations.on_start(job.priority_class, chip, units)
+        now = self.now
+        duration = job.estimated_duration_s or job.max_duration_s or 0.0
+        end = now + duration if duration > 0 else math.inf
+        occ = Occupant(job, chip, units, cards, units, end, None, now, job.preempt_deadline)  # type: ignore[arg-type]
+        jid = job.id
+        state.occupants[jid] = occ
+        state._started.append(occ)
+        cj = state._card_jobs
+        if cj is not None:
+            ids = pool.ids
+            for i in placement.picked:
+                on = cj.get(ids[i])
+                if on is None:
+                    cj[ids[i]] = [jid]
+                else:
+                    on.append(jid)
+        self._changed.append(occ)
+        if self._preemptor is not None:
+            self._preemptor.version += 1
+        self.out.starts.append(Start(jid, slots, backfilled))
         self.version += 1
 
     def try_preempt(self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]) -> bool:
