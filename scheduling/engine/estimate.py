@@ -611,7 +611,11 @@ def plan_starts(
 
     def free_at(d: int) -> float:
         """When card ``d`` is wholly free: its whole-card job and every slice on it ended."""
-        return max(whole.get(d, now), max((e for e, *_ in slices.get(d, ())), default=now), now)
+        at = whole.get(d, now)
+        on = slices.get(d)
+        if on:
+            at = max(at, max(e for e, *_ in on))
+        return at if at > now else now
 
     pending = {job.id: job for job in snapshot.pending}
     # A promise's cards go to its job: when they come free, or at the promised time if later.
