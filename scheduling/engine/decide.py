@@ -41,7 +41,10 @@ decisions.
       ``Preemption`` per victim (deadline ``now + grace``) and the job waits
       with ``PreemptionGrace``, estimated start = the deadline; the cards it
       will get are returned as a ``Promise`` (whole cards), which the caller
-      hands back until the job starts. At most
+      hands back until the job starts. The plan counts toward its team's
+      quota at once and, through its promise, in later ticks (Kueue reserves
+      quota at admission too), so no later job of the team is admitted or
+      given victims on room it took. At most
       ``preemption.MAX_SEARCHES_PER_TICK`` searches run per tick (Kueue-like:
       only queue heads plan preemption), the rest wait for a later tick;
    g. *still no room* (:mod:`backfill`): the first blocked job of each pool
@@ -193,6 +196,9 @@ class Tick:
         #: Their cards as the tick began, for the victim search (``promised`` changes as jobs take
         #: their turn; a search made during or after one must still see the others' cards claimed).
         self._promised_devices: dict[int, frozenset[int]] = {}
+        #: Jobs counted in their team's ledger without running: a plan of this tick or a promise
+        #: in force (they will start once their victims are gone), as ``(ledger, chip, units)``.
+        self._counted: dict[int, tuple[TeamLedger, str, float]] = {}
         #: Bumped whenever the free state changes; keys the memo of waits.
         self.version = 0
         #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
@@ -241,6 +247,9 @@ class Tick:
             self._promised_devices[jid] = frozenset(promise.devices)
             duration = job.estimated_duration_s or job.max_duration_s or math.inf
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
+            spot = where.get(promise.devices[0]) if promise.devices else None
+            if spot is not None:
+                self._count(jid, self.ledger(job.team), spot[0].chip, float(len(promise.devices)))
 
     def _count_running(self) -> list[Occupant]:
         """Charge the running jobs to their teams' ledgers; returns the jobs already leaving."""
@@ -276,6 +285,26 @@ class Tick:
             if occ.leaving is not None:
                 leaving.append(occ)
         return leaving
+
+    def _count(self, jid: int, ledger: TeamLedger, chip: str, units: float) -> None:
+        """Count a job that will start once its victims are gone in its team's ledger.
+
+        As Kueue reserves quota when it admits a workload, before preemption ends: the
+        team's ``max``, max jobs and guarantee see it from the moment it is planned, so a
+        later job of the team is not admitted (nor given victims) on room it has taken.
+        """
+        ledger.add(chip, units, 1)
+        self._counted[jid] = (ledger, chip, units)
+
+    def _uncount(self, jid: int) -> tuple[TeamLedger, str, float] | None:
+        """Take a job's count back (its own turn must not see it). Usage shrinks: the
+        ledger's memo of admissions may hold refusals that no longer apply."""
+        counted = self._counted.pop(jid, None)
+        if counted is not None:
+            ledger, chip, units = counted
+            ledger.add(chip, -units, -1)
+            ledger.adm.clear()
+        return counted
 
     # -- helpers -------------------------------------------------------------
 
@@ -463,15 +492,22 @@ class Tick:
                             f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
                         )
                         continue
-            adm = ledger.adm.get(need)
-            if adm is None:
-                adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
+            adm: tuple[str | None, str, tuple[str, ...]] | None
+            if group.promise is not None:  # admitted as if its own promise were not counted
+                adm = self._admit_promised(jid, ledger, need)
                 if adm[0] is not None:
                     waiting[jid] = Wait(jid, adm[0], adm[1])
                     continue
-            elif adm[0] is not None:
-                waiting[jid] = Wait(jid, adm[0], adm[1])
-                continue
+            else:
+                adm = ledger.adm.get(need)
+                if adm is None:
+                    adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
+                    if adm[0] is not None:
+                        waiting[jid] = Wait(jid, adm[0], adm[1])
+                        continue
+                elif adm[0] is not None:
+                    waiting[jid] = Wait(jid, adm[0], adm[1])
+                    continue
             chips = adm[2]
             # Steps 4c-4g give the same answer to every job of the same team, class
             # and shape until the free state changes (a start, a hold, a preemption):
@@ -526,6 +562,16 @@ class Tick:
         state.release()  # the free state is dead now: its layout goes back for the next tick
         return self.out
 
+    def _admit_promised(self, jid: int, ledger: TeamLedger, need: Need) -> tuple[str | None, str, tuple[str, ...]]:
+        """Admission of a job holding a promise, its own count taken out meanwhile (not memoised)."""
+        counted = self._uncount(jid)
+        try:
+            return admit_devices(ledger, need.chips, need.units, need.first_units)
+        finally:
+            if counted is not None:
+                self._count(jid, *counted)
+                ledger.adm.clear()  # (worked out without the count)
+
     def _place_promised(
         self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], held: _Promised
     ) -> tuple[str, str, float | None] | None:
@@ -551,6 +597,7 @@ class Tick:
         starts = len(self.out.starts)
         jid = job.id
         del self.promised[jid]
+        counted = self._uncount(jid)
         try:
             outcome = self.place(job, need, ledger, chips, held.promise)
         finally:
@@ -577,6 +624,15 @@ class Tick:
                 for pool, mask in masks.items():
                     state.take_whole(pool, mask)
                 self.promised[jid] = _Promised(promise, list(masks.items()))  # (for shadow times)
+                if counted is not None and jid not in self._counted:  # still due to start: still counted
+                    self._count(jid, *counted)
+        if counted is not None and self._counted.get(jid) != counted:
+            occ = state.occupants.get(jid)
+            if occ is None or occ.chip != counted[1] or occ.units < counted[2]:
+                # Its units left the ledger (or moved): the team's usage shrank somewhere, which
+                # the memos of admissions and stable waits take never to happen during a tick.
+                self._epoch += 1
+                self.version += 1
         if any(pool.free & mask for pool, mask in before.items()):
             self._free_grew()
         else:
@@ -872,6 +928,7 @@ class Tick:
             self._changed.append(occ)
         duration = job.estimated_duration_s or job.max_duration_s or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
+        self._count(job.id, self.ledgers[job.team], plan.chip, need.units[plan.chip])
         if need.template is None:
             promise = self.out.promises[job.id] = Promise(job.id, tuple(plan.devices), plan.start_at)
             if self.snapshot.promises is not None:  # the caller keeps promises: so does the tick

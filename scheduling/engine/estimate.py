@@ -526,12 +526,12 @@ _Held = dict[str, list[tuple[float, str, float]]]
 
 def _free_times(
     snapshot: Snapshot, decisions: Decisions, now: float
-) -> tuple[dict[int, float], dict[int, list[_Slice]], _Held, dict[str, int]]:
+) -> tuple[dict[int, float], dict[int, list[_Slice]], _Held, dict[str, int], dict[int, str]]:
     """What holds each busy card, by kind: when its whole-card job ends, and its vNPU slices.
 
     Also, from the same jobs, what each team holds (for its limits, see :class:`_Quotas`),
-    and the AI cores of a card per chip model (a slice counts its share of them, as
-    ``Chip.slice_units`` does).
+    the AI cores of a card per chip model (a slice counts its share of them, as
+    ``Chip.slice_units`` does) and each card's chip model.
     """
     evicted = set(decisions.evictions)
     deadlines = {p.job_id: p.grace_deadline for p in decisions.preemptions}
@@ -581,7 +581,7 @@ def _free_times(
             started = pending.get(start.job_id)
             if started is not None:
                 hold(started, start.slots, now + _duration(started))
-    return whole, slices, held, cores
+    return whole, slices, held, cores, chip_of
 
 
 def _build(snapshot: Snapshot, free_at: Callable[[int], float]) -> list[_Node]:
@@ -607,7 +607,7 @@ def plan_starts(
 ) -> dict[int, tuple[float, tuple[int, ...]]]:
     """The plan behind :func:`estimate_starts`: job id -> (estimated start, the cards it is planned on)."""
     now = snapshot.now.timestamp()
-    whole, slices, held, cores = _free_times(snapshot, decisions, now)
+    whole, slices, held, cores, chip_of = _free_times(snapshot, decisions, now)
 
     def free_at(d: int) -> float:
         """When card ``d`` is wholly free: its whole-card job and every slice on it ended."""
@@ -626,6 +626,9 @@ def plan_starts(
         at = max([promise.until, now, *map(free_at, promise.devices)])
         for d in promise.devices:
             whole[d] = at + _duration(job)
+        if promise.devices:  # its team's room: held from now (it starts within a grace period)
+            chip = chip_of.get(promise.devices[0], job.chip_model or "")
+            held.setdefault(job.team, []).append((at + _duration(job), chip, float(len(promise.devices))))
     plan = _Plan(_build(snapshot, free_at))
     sliced: _Slices | None = None  # built for the first slice request
     chips = list(plan.by_chip)

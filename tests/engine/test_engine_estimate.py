@@ -125,6 +125,26 @@ def test_the_ticks_own_starts_and_promised_cards_count() -> None:
     assert plan[12] == (1000, tuple(cl.dev(f"n1/{i}") for i in range(4)))
 
 
+def test_a_promised_job_counts_against_its_teams_max() -> None:
+    # As above, with a third node and team a at most 8 devices: the started job (4) and the
+    # promised one (4) fill it, so job 12 waits for the started job to end, not for cards.
+    cl = Cluster().node("n1", devices=4).node("n2", devices=4).node("n3", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 8}, max={"devices": 8}), "c": quota()}, grace=300)
+    borrowers = [job(1 + i, "c", slots=[cl.dev(f"n{2 + i // 4}/{i % 4}")], cls="low", est=50_000) for i in range(8)]
+    pending = [
+        job(10, "a", n=4, est=1000, submitted=-900),
+        job(11, "a", n=4, est=2000, submitted=-800),
+        job(12, "a", n=4, est=100, submitted=-700),
+    ]
+    snap = snapshot(pol, cl, pending, borrowers)
+    snap.promises = {}
+    out = decide(snap)
+    assert [s.job_id for s in out.starts] == [10] and 11 in out.promises
+    assert out.waiting[12].reason == reasons.QUOTA_MAX_DEVICES
+    plan = {jid: at - T0 for jid, (at, _) in plan_starts(snap, out).items()}
+    assert plan[12] == 1000  # n1 again, when job 10 gives its four units back
+
+
 def test_a_chip_model_the_teams_max_fences_off_is_not_planned_on() -> None:
     cl = Cluster().node("b4").node("a", chip="910A", groups=2)
     pol = policy({"inf": quota(max={"devices/910A": 0}), "a": quota()})

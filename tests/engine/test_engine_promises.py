@@ -260,3 +260,100 @@ def test_a_search_made_on_a_broken_promise_leaves_the_other_promised_cards_claim
     assert out.waiting[100].reason == reasons.RESOURCES
     assert out.waiting[300].reason == reasons.RESOURCES, out.waiting[300]
     assert 300 not in out.promises
+
+
+def _two_asks_world(team_a):
+    """Team a runs nothing; team c borrows two 4-card nodes; a third node is free."""
+    cl = Cluster().node("n1", devices=4).node("n2", devices=4).node("n3", devices=4)
+    pol = policy({"a": team_a, "c": quota()}, grace=GRACE)
+    running = [
+        job(1 + i, "c", slots=[cl.dev(f"n{2 + i // 4}/{i % 4}")], cls="low", est=50_000, started=-600) for i in range(8)
+    ]
+    pending = [
+        job(10, "a", n=4, est=1000, submitted=-900),  # starts on n1
+        job(11, "a", n=4, est=2000, submitted=-800),  # reclaims n2: promised
+        job(12, "a", n=4, est=100, submitted=-700),
+    ]
+    return cl, pol, running, pending
+
+
+def test_a_promised_job_counts_toward_its_teams_max_so_no_one_is_preempted_for_a_job_beyond_it() -> None:
+    # a may hold 8: the started job and the promised one fill it. Job 12 would take a to 12
+    # devices once both run, so it must not preempt anyone: its victims would lose their
+    # work for a job that could not start when they are gone.
+    cl, pol, running, pending = _two_asks_world(quota(guaranteed={"devices": 8}, max={"devices": 8}))
+    out = _at(0, pol, cl, pending, running, {})
+    assert [s.job_id for s in out.starts] == [10]
+    assert out.waiting[11].reason == reasons.PREEMPTION_GRACE and list(out.promises) == [11]
+    assert out.waiting[12].reason == reasons.QUOTA_MAX_DEVICES
+    assert {p.for_job for p in out.preemptions} == {11} and len(out.preemptions) == 4
+    # The next ticks, the promise handed back: still counted, and never against the job itself.
+    for r in running:
+        if any(p.job_id == r.id for p in out.preemptions):
+            r.preempt_deadline = T0 + GRACE
+    started = job(10, "a", n=4, est=1000, submitted=-900, slots=[s.device_id for s in out.starts[0].slots], started=0)
+    waiting = [pending[1], pending[2]]
+    mid = _at(100, pol, cl, waiting, [*running, started], out.promises)
+    assert mid.waiting[11].reason == reasons.PREEMPTION_GRACE and mid.promises == out.promises
+    assert mid.waiting[12].reason == reasons.QUOTA_MAX_DEVICES and mid.preemptions == []
+    due = _at(GRACE, pol, cl, waiting, [*running, started], out.promises)
+    assert [s.job_id for s in due.starts] == [11]
+    assert due.waiting[12].reason == reasons.QUOTA_MAX_DEVICES and due.preemptions == []
+
+
+def test_a_promised_job_counts_toward_its_teams_guarantee_so_reclaim_stops_at_it() -> None:
+    # a is guaranteed 8: 4 running and 4 promised are all of it. Job 12 is beyond the
+    # guarantee, and "normal" may preempt nobody by class: it waits for cards.
+    cl, pol, running, pending = _two_asks_world(quota(guaranteed={"devices": 8}))
+    out = _at(0, pol, cl, pending, running, {})
+    assert list(out.promises) == [11] and {p.for_job for p in out.preemptions} == {11}
+    assert out.waiting[12].reason == reasons.RESOURCES
+
+
+@st.composite
+def several_asks(draw: st.DrawFn) -> Snapshot:
+    """Team a, with a guarantee and maybe a max and a max of jobs, asks for several jobs at once
+    while team c borrows most of the cluster."""
+    cl = Cluster()
+    nodes = draw(st.integers(1, 3))
+    for n in range(nodes):
+        cl.node(f"n{n}", "910B4", 4)
+    total = 4 * nodes
+    guaranteed = draw(st.integers(1, total))
+    cap = draw(st.one_of(st.none(), st.integers(guaranteed, total)))
+    a = quota(
+        guaranteed={"devices": guaranteed},
+        max=None if cap is None else {"devices": cap},
+        max_jobs=draw(st.one_of(st.none(), st.integers(1, 4))),
+    )
+    pol = policy({"a": a, "c": quota()}, backfill=draw(st.booleans()), grace=GRACE)
+    ids = [d.id for n in cl.nodes for d in n.devices]
+    running = [
+        job(i + 1, "c", cls="low", slots=[dev], started=-draw(st.integers(60, 9000)), est=86400.0)
+        for i, dev in enumerate(ids)
+        if draw(st.integers(0, 4))  # a few cards free
+    ]
+    asks = [
+        job(500 + k, "a", draw(st.integers(1, 4)), "normal", submitted=-100 + k, est=86400.0)
+        for k in range(draw(st.integers(2, 4)))
+    ]
+    snap = snapshot(pol, cl, asks, running)
+    snap.promises = {}
+    return snap
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(several_asks())
+def test_no_job_holding_a_promise_is_refused_by_its_teams_own_limits(snap: Snapshot) -> None:
+    """Victims lose their work for the job they were preempted for: that job must still be
+    admitted when its cards come free. A later job of its team is not admitted on the room the
+    plan took (the plan counts, as in Kueue), so the team's limits never refuse it."""
+    for _ in range(5):
+        out = decide(snap)
+        for jid in snap.promises or {}:
+            if jid in out.waiting:
+                assert out.waiting[jid].reason not in (reasons.QUOTA_MAX_DEVICES, reasons.QUOTA_MAX_JOBS), (
+                    jid,
+                    out.waiting[jid],
+                )
+        snap = _advance(snap, out, 100.0, [])
