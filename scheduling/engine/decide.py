@@ -197,8 +197,9 @@ class Tick:
         #: their turn; a search made during or after one must still see the others' cards claimed).
         self._promised_devices: dict[int, frozenset[int]] = {}
         #: Jobs counted in their team's ledger without running: a plan of this tick or a promise
-        #: in force (they will start once their victims are gone), as ``(ledger, chip, units)``.
-        self._counted: dict[int, tuple[TeamLedger, str, float]] = {}
+        #: in force (they will start once their victims are gone), as ``(ledger, chip, units,
+        #: device-hours)``.
+        self._counted: dict[int, tuple[TeamLedger, str, float, float]] = {}
         #: Bumped whenever the free state changes; keys the memo of waits.
         self.version = 0
         #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
@@ -249,7 +250,8 @@ class Tick:
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
             spot = where.get(promise.devices[0]) if promise.devices else None
             if spot is not None:
-                self._count(jid, self.ledger(job.team), spot[0].chip, float(len(promise.devices)))
+                units = float(len(promise.devices))
+                self._count(jid, self.ledger(job.team), spot[0].chip, units, units * job.estimated_duration_s / 3600.0)
 
     def _count_running(self) -> list[Occupant]:
         """Charge the running jobs to their teams' ledgers; returns the jobs already leaving."""
@@ -286,23 +288,27 @@ class Tick:
                 leaving.append(occ)
         return leaving
 
-    def _count(self, jid: int, ledger: TeamLedger, chip: str, units: float) -> None:
+    def _count(self, jid: int, ledger: TeamLedger, chip: str, units: float, hours: float) -> None:
         """Count a job that will start once its victims are gone in its team's ledger.
 
         As Kueue reserves quota when it admits a workload, before preemption ends: the
-        team's ``max``, max jobs and guarantee see it from the moment it is planned, so a
-        later job of the team is not admitted (nor given victims) on room it has taken.
+        team's ``max``, max jobs, monthly device-hours and guarantee see it from the
+        moment it is planned, so a later job of the team is not admitted (nor given
+        victims) on room it has taken, and its victims never leave for a job its own
+        team's limits then refuse.
         """
         ledger.add(chip, units, 1)
-        self._counted[jid] = (ledger, chip, units)
+        ledger.month_hours += hours
+        self._counted[jid] = (ledger, chip, units, hours)
 
-    def _uncount(self, jid: int) -> tuple[TeamLedger, str, float] | None:
+    def _uncount(self, jid: int) -> tuple[TeamLedger, str, float, float] | None:
         """Take a job's count back (its own turn must not see it). Usage shrinks: the
         ledger's memo of admissions may hold refusals that no longer apply."""
         counted = self._counted.pop(jid, None)
         if counted is not None:
-            ledger, chip, units = counted
+            ledger, chip, units, hours = counted
             ledger.add(chip, -units, -1)
+            ledger.month_hours -= hours
             ledger.adm.clear()
         return counted
 
@@ -465,6 +471,9 @@ class Tick:
         reserved = bool(reservations.held)
         shadows = self._shadows
         for job, group in zip(map(pending.__getitem__, idx), map(groups.__getitem__, idx), strict=True):
+            if group.promise is not None:
+                self._promised_turn(job, group)
+                continue
             jid = job.id
             ledger = group.ledger
             need = group.need
@@ -492,22 +501,15 @@ class Tick:
                             f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
                         )
                         continue
-            adm: tuple[str | None, str, tuple[str, ...]] | None
-            if group.promise is not None:  # admitted as if its own promise were not counted
-                adm = self._admit_promised(jid, ledger, need)
+            adm = ledger.adm.get(need)
+            if adm is None:
+                adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
                 if adm[0] is not None:
                     waiting[jid] = Wait(jid, adm[0], adm[1])
                     continue
-            else:
-                adm = ledger.adm.get(need)
-                if adm is None:
-                    adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
-                    if adm[0] is not None:
-                        waiting[jid] = Wait(jid, adm[0], adm[1])
-                        continue
-                elif adm[0] is not None:
-                    waiting[jid] = Wait(jid, adm[0], adm[1])
-                    continue
+            elif adm[0] is not None:
+                waiting[jid] = Wait(jid, adm[0], adm[1])
+                continue
             chips = adm[2]
             # Steps 4c-4g give the same answer to every job of the same team, class
             # and shape until the free state changes (a start, a hold, a preemption):
@@ -534,10 +536,7 @@ class Tick:
                         hit[7] = margin
                         waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
                         continue
-            if group.promise is None:
-                outcome = place(job, need, ledger, list(chips))
-            else:
-                outcome = self._place_promised(job, need, ledger, list(chips), group.promise)
+            outcome = place(job, need, ledger, list(chips))
             shadows = self._shadows
             if outcome is not None:
                 waiting[jid] = Wait(jid, *outcome)
@@ -562,15 +561,44 @@ class Tick:
         state.release()  # the free state is dead now: its layout goes back for the next tick
         return self.out
 
-    def _admit_promised(self, jid: int, ledger: TeamLedger, need: Need) -> tuple[str | None, str, tuple[str, ...]]:
-        """Admission of a job holding a promise, its own count taken out meanwhile (not memoised)."""
+    def _promised_turn(self, job: JobState, group: _Group) -> None:
+        """The turn of a job holding a promise: admission and placement with its own count out.
+
+        Its count (see :meth:`_count`) is taken out for the whole turn, so neither its
+        team's limits nor its guarantee see the job twice; admission is the reference
+        :func:`quota.admit`, unmemoised (a handful of jobs). Afterwards the count is put
+        back while the promise stands (a new plan counts itself); where it went (the
+        promise dropped or lapsed, or the job started on another chip model) the team's
+        usage shrank, which the memos of admissions and stable waits take never to
+        happen during a tick: they are voided.
+        """
+        jid = job.id
+        ledger = group.ledger
+        need = group.need
+        assert group.promise is not None
         counted = self._uncount(jid)
         try:
-            return admit_devices(ledger, need.chips, need.units, need.first_units)
+            if group.static is not None:
+                self.out.waiting[jid] = Wait(jid, *group.static)
+            elif group.slow:
+                self._admit_slow(job, group)
+            else:
+                reason, detail, chips = admit(ledger, job, need.chips, need.units)
+                if reason is not None:
+                    self.out.waiting[jid] = Wait(jid, reason, detail)
+                else:
+                    outcome = self._place_promised(job, need, ledger, chips, group.promise)
+                    if outcome is not None:
+                        self.out.waiting[jid] = Wait(jid, *outcome)
         finally:
             if counted is not None:
-                self._count(jid, *counted)
-                ledger.adm.clear()  # (worked out without the count)
+                if jid in self.promised and jid not in self._counted:  # still due to start
+                    self._count(jid, *counted)
+                if self._counted.get(jid) != counted:
+                    occ = self.state.occupants.get(jid)
+                    if occ is None or occ.chip != counted[1] or occ.units < counted[2]:
+                        self._epoch += 1
+                        self.version += 1
 
     def _place_promised(
         self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], held: _Promised
@@ -597,7 +625,6 @@ class Tick:
         starts = len(self.out.starts)
         jid = job.id
         del self.promised[jid]
-        counted = self._uncount(jid)
         try:
             outcome = self.place(job, need, ledger, chips, held.promise)
         finally:
@@ -624,15 +651,6 @@ class Tick:
                 for pool, mask in masks.items():
                     state.take_whole(pool, mask)
                 self.promised[jid] = _Promised(promise, list(masks.items()))  # (for shadow times)
-                if counted is not None and jid not in self._counted:  # still due to start: still counted
-                    self._count(jid, *counted)
-        if counted is not None and self._counted.get(jid) != counted:
-            occ = state.occupants.get(jid)
-            if occ is None or occ.chip != counted[1] or occ.units < counted[2]:
-                # Its units left the ledger (or moved): the team's usage shrank somewhere, which
-                # the memos of admissions and stable waits take never to happen during a tick.
-                self._epoch += 1
-                self.version += 1
         if any(pool.free & mask for pool, mask in before.items()):
             self._free_grew()
         else:
@@ -928,7 +946,8 @@ class Tick:
             self._changed.append(occ)
         duration = job.estimated_duration_s or job.max_duration_s or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
-        self._count(job.id, self.ledgers[job.team], plan.chip, need.units[plan.chip])
+        units = need.units[plan.chip]
+        self._count(job.id, self.ledgers[job.team], plan.chip, units, units * job.estimated_duration_s / 3600.0)
         if need.template is None:
             promise = self.out.promises[job.id] = Promise(job.id, tuple(plan.devices), plan.start_at)
             if self.snapshot.promises is not None:  # the caller keeps promises: so does the tick

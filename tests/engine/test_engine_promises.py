@@ -325,6 +325,7 @@ def several_asks(draw: st.DrawFn) -> Snapshot:
         guaranteed={"devices": guaranteed},
         max=None if cap is None else {"devices": cap},
         max_jobs=draw(st.one_of(st.none(), st.integers(1, 4))),
+        hours=draw(st.one_of(st.none(), st.sampled_from([30.0, 100.0, 250.0]))),  # a job: 24 h per card
     )
     pol = policy({"a": a, "c": quota()}, backfill=draw(st.booleans()), grace=GRACE)
     ids = [d.id for n in cl.nodes for d in n.devices]
@@ -347,12 +348,14 @@ def several_asks(draw: st.DrawFn) -> Snapshot:
 def test_no_job_holding_a_promise_is_refused_by_its_teams_own_limits(snap: Snapshot) -> None:
     """Victims lose their work for the job they were preempted for: that job must still be
     admitted when its cards come free. A later job of its team is not admitted on the room the
-    plan took (the plan counts, as in Kueue), so the team's limits never refuse it."""
+    plan took (the plan counts, as in Kueue), so the team's limits never refuse it: neither its
+    ``max`` devices, nor its max jobs, nor its monthly device-hours."""
+    own_limits = (reasons.QUOTA_MAX_DEVICES, reasons.QUOTA_MAX_JOBS, reasons.MONTHLY_BUDGET_EXHAUSTED)
     for _ in range(5):
         out = decide(snap)
         for jid in snap.promises or {}:
             if jid in out.waiting:
-                assert out.waiting[jid].reason not in (reasons.QUOTA_MAX_DEVICES, reasons.QUOTA_MAX_JOBS), (
+                assert out.waiting[jid].reason not in own_limits, (
                     jid,
                     out.waiting[jid],
                 )
