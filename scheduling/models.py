@@ -41,6 +41,9 @@ class Job(models.Model):
     pending_detail = models.CharField(max_length=300, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     preempt_deadline = models.DateTimeField(null=True, blank=True)
+    preempted_for = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The waiting job this job's preemption was decided for"
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     retries = models.PositiveIntegerField(default=0)
     launched = models.BooleanField(default=False, help_text="The agent accepted the job")

@@ -99,3 +99,28 @@ def test_persisting_promises_writes_new_and_changed_ones_and_deletes_ended_ones(
     assert rows[changed] == ([3, 4], until) and rows[new] == ([5], until + 1)
     assert rows[kept][0] == [1, 2]  # unchanged: not written again (its stored time is the one created above)
     assert rows[kept][1] != until
+
+
+def test_a_preemption_whose_job_was_cancelled_is_called_off_at_its_deadline(demo, api, user_factory) -> None:
+    from scheduling.models import JobEvent
+    from scheduling.services.jobs import cancel_job
+
+    create_version(POLICY, author=None, comment="test")
+    trainer = user_factory("tina", team="training", role="lead")
+    researcher = user_factory("rick", team="research", role="lead")
+    t0 = timezone.now().replace(microsecond=0) + timedelta(seconds=5)
+    borrower = _submit(api, trainer, "low")
+    assert borrower in run_tick(t0).started
+    reclaim = _submit(api, researcher, "normal")
+    assert run_tick(t0 + timedelta(seconds=5)).preempted == [borrower]
+    victim = Job.objects.get(pk=borrower)
+    assert victim.preempted_for == reclaim and victim.preempt_deadline == t0 + timedelta(seconds=65)
+
+    cancel_job(reclaim, actor=researcher)  # the reclaim is no longer wanted
+    assert run_tick(t0 + timedelta(seconds=30)).called_off == []  # not before the deadline
+    result = run_tick(t0 + timedelta(seconds=66))
+    assert result.evicted == [] and result.called_off == [borrower]
+    victim.refresh_from_db()
+    assert victim.state == "running" and victim.preempt_deadline is None and victim.preempted_for is None
+    assert JobEvent.objects.filter(job_id=borrower, reason="PreemptionCalledOff").count() == 1
+    assert run_tick(t0 + timedelta(seconds=70)).evicted == []  # and it keeps running

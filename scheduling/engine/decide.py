@@ -7,7 +7,9 @@ free state; nothing here does I/O and the same snapshot always gives the same
 decisions.
 
 1. **Evict** running jobs whose preemption grace deadline has passed
-   (``Decisions.evictions``); their devices are free for this tick.
+   (``Decisions.evictions``); their devices are free for this tick. A victim
+   whose job no longer waits, and whose cards no promise counts on, is not
+   evicted but let run on (``Decisions.called_off``).
 2. **Capacity** (:mod:`capacity`): free cards per node, topology group and chip
    model; vNPU slices per card; every team's usage in device units
    (:mod:`quota` ledgers, quota in force at ``now``); reservation counters
@@ -169,6 +171,8 @@ class Tick:
         self.now = now = snapshot.now.timestamp()
         self.out = out = Decisions()
         running = snapshot.running
+        if snapshot.promises is not None:
+            _call_off(snapshot, out)
         leaving = [job for job in running if job.preempt_deadline is not None]
         out.evictions = [job.id for job in leaving if job.preempt_deadline <= now]  # type: ignore[operator]
         self.state = state = ClusterState(snapshot, policy.placement_strategy, now)
@@ -1054,6 +1058,43 @@ class Tick:
             if pool.chip == chip
         ]
         return _split_claimed(kept, changed, claimed, release, self.state, held)
+
+
+def _call_off(snapshot: Snapshot, out: Decisions) -> None:
+    """At a victim's deadline, let it run on if no waiting job needs it any more (``Decisions.called_off``).
+
+    A victim runs through its grace period. If meanwhile the job it was chosen for
+    started on other cards (backfill, cards freed early) or was cancelled, and no
+    promise in force counts on its cards (another plan may have taken them as
+    leaving cards), stopping it would only lose its work: its cards would go to
+    whichever job comes first. Its preemption is then called off instead of
+    evicting it. It is done at the deadline, not as soon as the job starts: until
+    then its leaving cards count first for any other plan of the ticks between
+    (calling them off early only made later searches pick victims that had run
+    longer; see docs/engine.md). Only for a caller that keeps promises and says
+    which job each preemption was for (``JobState.preempted_for``). The job's
+    ``preempt_deadline`` and ``preempted_for`` are cleared here, so the whole tick
+    sees it running as any other; the caller clears its own copy too.
+    """
+    now = snapshot.now.timestamp()
+    candidates = [
+        job
+        for job in snapshot.running
+        if job.preempted_for is not None and job.preempt_deadline is not None and job.preempt_deadline <= now
+    ]
+    if not candidates:
+        return
+    pending = {job.id for job in snapshot.pending}
+    promises = snapshot.promises or {}
+    claimed = {dev for jid, promise in promises.items() if jid in pending for dev in promise.devices}
+    for job in candidates:
+        if job.preempted_for in pending:
+            continue
+        if any(slot.device_id in claimed for slot in job.slots):
+            continue
+        job.preempt_deadline = None
+        job.preempted_for = None
+        out.called_off.append(job.id)
 
 
 def _split_claimed(

@@ -725,6 +725,7 @@ class Simulation:
 
         self.n_started = self.n_completed = self.n_cancelled = self.n_requeued = 0
         self.n_preemptions = self.n_stopped = self.n_forced = self.n_finished_in_grace = 0
+        self.n_called_off = 0
         self.lost_device_s = 0.0
         self.decide_calls = self.decide_skipped = 0
         self.decide_s = 0.0
@@ -916,6 +917,13 @@ class Simulation:
                 raise SimulationError(f"decide started job {start.job_id}, which is not pending")
             self._start(sj, start.slots, t)
             started_teams.add(sj.state.team)
+        for job_id in decisions.called_off:  # decide cleared the deadline on our object already
+            sj = self.by_id.get(job_id)
+            if sj is None or sj.status != "running":
+                raise SimulationError(f"decide called off the preemption of job {job_id}, which is not running")
+            sj.state.preempt_deadline = None
+            sj.state.preempted_for = None
+            self.n_called_off += 1
         preempted_now: set[int] = set()
         for pre in decisions.preemptions:
             sj = self.by_id.get(pre.job_id)
@@ -924,6 +932,7 @@ class Simulation:
             if sj.state.preempt_deadline is not None:
                 continue  # already leaving; the first deadline stands (as in the tick)
             sj.state.preempt_deadline = pre.grace_deadline
+            sj.state.preempted_for = pre.for_job
             preempted_now.add(pre.job_id)
             sj.preempted += 1
             self.n_preemptions += 1
@@ -931,9 +940,10 @@ class Simulation:
             heapq.heappush(self.deadlines, (pre.grace_deadline, sj.state.id, sj.run_token))
         # Safety net: a victim whose grace is over leaves even if decide forgot to evict it.
         while self.deadlines and self.deadlines[0][0] <= t:
-            _, job_id, token = heapq.heappop(self.deadlines)
+            deadline, job_id, token = heapq.heappop(self.deadlines)
             sj = self.by_id[job_id]
-            if sj.status == "running" and sj.run_token == token and sj.state.preempt_deadline is not None:
+            # (a preemption called off and decided again later has another deadline)
+            if sj.status == "running" and sj.run_token == token and sj.state.preempt_deadline == deadline:
                 if job_id not in preempted_now:
                     self.n_forced += 1  # its grace ran out before this decide, which did not evict it
                 self._stop_victim(sj, t)
@@ -959,6 +969,7 @@ class Simulation:
         js.slots = tuple(slots)
         js.started_at = t
         js.preempt_deadline = None
+        js.preempted_for = None
         self.running_list.add(js)
         self.delta_started[js.id] = js
         sj.status = "running"
@@ -994,6 +1005,7 @@ class Simulation:
         sj.status = "completed"
         sj.end = t
         sj.state.preempt_deadline = None
+        sj.state.preempted_for = None
         self.n_completed += 1
         self.done += 1
 
@@ -1008,6 +1020,7 @@ class Simulation:
         js.slots = ()
         js.started_at = None
         js.preempt_deadline = None
+        js.preempted_for = None
         if self.policy.on_preempt == "cancel":
             sj.status = "cancelled"
             sj.end = t
@@ -1193,6 +1206,7 @@ class Simulation:
                 "victims_stopped": self.n_stopped,
                 "forced_stops": self.n_forced,
                 "finished_in_grace": self.n_finished_in_grace,
+                "called_off": self.n_called_off,
                 "requeued": self.n_requeued,
                 "cancelled": self.n_cancelled,
                 "device_hours_lost": round(self.lost_device_s / 3600.0, 3),

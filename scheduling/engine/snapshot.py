@@ -82,6 +82,9 @@ class JobState:
     slots: tuple[Slot, ...] = ()
     #: Set once a preemption was decided: the job must be off its devices at this time.
     preempt_deadline: float | None = None
+    #: The waiting job that preemption was for (``Preemption.for_job``), when the caller knows it:
+    #: once that job no longer waits, ``decide`` calls the preemption off (``Decisions.called_off``).
+    preempted_for: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -193,3 +196,8 @@ class Decisions:
     #: Promises in force after this tick, by waiting job id (new ones and those still held):
     #: give them back in the next snapshot. A job that started or whose promise lapsed has none.
     promises: dict[int, Promise] = field(default_factory=dict)
+    #: Running jobs whose preemption this tick withdrew at its deadline, instead of evicting
+    #: them: the job it was for no longer waits (it started on other cards, or was cancelled)
+    #: and no promise counts on their cards. Clear their ``preempt_deadline`` (and
+    #: ``preempted_for``): they run on as if never chosen.
+    called_off: list[int] = field(default_factory=list)

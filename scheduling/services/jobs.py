@@ -392,6 +392,7 @@ def _end(
     job.pending_detail = ""
     job.estimated_start = None
     job.preempt_deadline = None
+    job.preempted_for = None
     if exit_code is not None:
         job.exit_code = exit_code
     job.save(
@@ -402,6 +403,7 @@ def _end(
             "pending_detail",
             "estimated_start",
             "preempt_deadline",
+            "preempted_for",
             "exit_code",
         ]
     )
@@ -467,6 +469,7 @@ def requeue_job(
     job.started_at = None
     job.launched = False
     job.preempt_deadline = None
+    job.preempted_for = None
     job.pending_reason = reason
     job.pending_detail = detail[:300]
     if count_retry:
@@ -477,6 +480,7 @@ def requeue_job(
             "started_at",
             "launched",
             "preempt_deadline",
+            "preempted_for",
             "pending_reason",
             "pending_detail",
             "retries",

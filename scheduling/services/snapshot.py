@@ -166,6 +166,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "max_duration_s",
             "start_ts",
             "dl_ts",
+            "preempted_for",
             "state",
             "pending_reason",
             "pending_detail",
@@ -175,7 +176,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
     )
     running_state = Job.State.RUNNING
     for (job_id, team, user, pclass, ndev, tid, chip, submitted, est, max_s, started, deadline,
-         job_state, reason, detail, est_start) in raw_rows(rows):  # fmt: skip
+         preempted_for, job_state, reason, detail, est_start) in raw_rows(rows):  # fmt: skip
         # Positional on purpose: this loop runs once per queued job on every tick.
         job = JobState(
             job_id,
@@ -191,6 +192,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             started,
             (),
             deadline,
+            preempted_for,
         )
         if job_state == running_state:
             job.slots = tuple(slots_by_job.get(job_id, ()))

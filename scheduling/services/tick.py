@@ -38,6 +38,8 @@ class TickResult:
     started: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
     evicted: list[int] = field(default_factory=list)
+    #: Running jobs whose preemption was called off at its deadline (no waiting job needs them).
+    called_off: list[int] = field(default_factory=list)
     waiting: int = 0
     policy_version: int | None = None
     duration_ms: float = 0.0
@@ -240,6 +242,7 @@ def _persist(
             started_at=None if requeue else now,
             ended_at=None if requeue else now,
             preempt_deadline=None,
+            preempted_for=None,
             launched=False,
             pending_reason="Preempted" if requeue else "",
             pending_detail="requeued after preemption" if requeue else "",
@@ -257,6 +260,24 @@ def _persist(
                 )
             )
         result.evicted = list(decisions.evictions)
+
+    if decisions.called_off:
+        Job.objects.filter(id__in=decisions.called_off, state=Job.State.RUNNING).update(
+            preempt_deadline=None, preempted_for=None
+        )
+        for job_id in decisions.called_off:
+            events.append(
+                JobEvent(
+                    job_id=job_id,
+                    at=now,
+                    from_state=Job.State.RUNNING,
+                    to_state=Job.State.RUNNING,
+                    reason="PreemptionCalledOff",
+                    detail="the job it was preempted for no longer waits, and no other job needs its devices",
+                    policy_version=version,
+                )
+            )
+        result.called_off = list(decisions.called_off)
 
     if decisions.starts:
         allocations: list[Allocation] = []
@@ -305,7 +326,7 @@ def _persist(
     for pre in decisions.preemptions:
         deadline = _dt(pre.grace_deadline)
         Job.objects.filter(id=pre.job_id, state=Job.State.RUNNING, preempt_deadline__isnull=True).update(
-            preempt_deadline=deadline
+            preempt_deadline=deadline, preempted_for=pre.for_job
         )
         detail = pre.reason + (f" for job #{pre.for_job}" if pre.for_job else "")
         events.append(

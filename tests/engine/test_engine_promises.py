@@ -360,3 +360,55 @@ def test_no_job_holding_a_promise_is_refused_by_its_teams_own_limits(snap: Snaps
                     out.waiting[jid],
                 )
         snap = _advance(snap, out, 100.0, [])
+
+
+# -- preemptions called off at their deadline ----------------------------------------------------
+
+
+def _victims_of_a_job_that_started_elsewhere():
+    """Team c's four jobs on n1 were preempted for job 100 of team a, which then started on n2
+    (its cards came free early). Their grace ends at GRACE."""
+    cl = Cluster().node("n1", devices=4).node("n2", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 4}), "c": quota()}, grace=GRACE)
+    victims = [job(i + 1, "c", slots=[cl.dev(f"n1/{i}")], cls="low", started=-600, deadline=GRACE) for i in range(4)]
+    for v in victims:
+        v.preempted_for = 100
+    elsewhere = job(100, "a", n=4, slots=[cl.dev(f"n2/{i}") for i in range(4)], started=-100)
+    return cl, pol, victims, elsewhere
+
+
+def test_a_victim_whose_job_started_elsewhere_runs_on_at_its_deadline() -> None:
+    cl, pol, victims, elsewhere = _victims_of_a_job_that_started_elsewhere()
+    later = job(300, "c", n=1, cls="low", est=60)  # would take a card of an evicted victim
+    before = _at(GRACE - 1, pol, cl, [later], [*victims, elsewhere], {})
+    assert before.called_off == [] and before.evictions == []  # not before the deadline
+    out = _at(GRACE, pol, cl, [later], [*victims, elsewhere], {})
+    assert out.called_off == [1, 2, 3, 4] and out.evictions == []
+    assert all(v.preempt_deadline is None and v.preempted_for is None for v in victims)
+    assert out.waiting[300].reason == reasons.RESOURCES  # the victims' cards stay theirs
+
+
+def test_a_victim_runs_out_its_grace_when_its_job_still_waits_or_a_promise_counts_on_it() -> None:
+    cl, pol, victims, elsewhere = _victims_of_a_job_that_started_elsewhere()
+    waiting = job(100, "a", n=4)  # the job it was for still waits
+    out = _at(GRACE, pol, cl, [waiting], victims, {})
+    assert out.called_off == [] and out.evictions == [1, 2, 3, 4]
+
+    cl, pol, victims, elsewhere = _victims_of_a_job_that_started_elsewhere()
+    other = job(200, "a", n=2)  # planned on two of the leaving cards in a tick between
+    promise = {200: Promise(200, (cl.dev("n1/0"), cl.dev("n1/1")), T0 + GRACE)}
+    out = _at(GRACE, pol, cl, [other], [*victims, elsewhere], promise)
+    assert out.called_off == [3, 4] and sorted(out.evictions) == [1, 2]
+    assert [s.job_id for s in out.starts] == [200]
+
+
+def test_no_call_off_without_the_job_it_was_for_or_without_promises_kept() -> None:
+    cl, pol, victims, elsewhere = _victims_of_a_job_that_started_elsewhere()
+    victims[0].preempted_for = None  # a caller that does not say
+    out = _at(GRACE, pol, cl, [], [*victims, elsewhere], {})
+    assert out.called_off == [2, 3, 4] and out.evictions == [1]
+    cl, pol, victims, elsewhere = _victims_of_a_job_that_started_elsewhere()
+    snap = snapshot(pol, cl, [], [*victims, elsewhere], now=NOW + timedelta(seconds=GRACE))
+    assert snap.promises is None  # keeps no promises: cannot tell what counts on the cards
+    out = decide(snap)
+    assert out.called_off == [] and out.evictions == [1, 2, 3, 4]

@@ -145,3 +145,24 @@ def test_jobs_the_core_never_starts_are_reported_with_its_reason() -> None:
     m = run_simulation([row("1", 0, 10, 1)], make_cluster(), make_policy(), decide_fn=refuses)["policy"]
     assert m["jobs"]["never_started"] == 1
     assert m["jobs"]["never_started_by_reason"] == {"Topology": 1}
+
+
+def test_victims_whose_job_started_elsewhere_run_on_and_complete() -> None:
+    """Team c fills two 4-card nodes: short jobs on one, long ones on the other. Team a asks for
+    its guaranteed 4 cards: the long jobs, which ran least, are preempted (grace 300 s). The short
+    jobs end at 100 s and a's job starts there; at the deadline nothing needs the long jobs'
+    cards, so their preemption is called off and they run to their end."""
+    rows = [row(f"s{i}", 0, 100, 1, tenant="c", priority_class="low") for i in range(4)]
+    rows += [row(f"l{i}", 1, 5000, 1, tenant="c", priority_class="low") for i in range(4)]
+    rows.append(row("A", 10, 1000, 4, tenant="a"))
+    pol = make_policy(
+        [{"name": "a", "shares": 1, "quota": {"guaranteed": {"devices": 4}}}, {"name": "c", "shares": 1}],
+        grace="300s",
+    )
+    m = run_simulation(rows, make_cluster(2, 4), pol)["policy"]
+    p = m["preemption"]
+    assert p["preemptions"] == 4 and p["called_off"] == 4
+    assert p["victims_stopped"] == 0 and p["device_hours_lost"] == 0
+    assert m["jobs"]["completed"] == 9
+    assert m["wait_s"]["by_team"]["a"]["max"] == 90  # from 10 s to the short jobs' end
+    assert m["span_s"] == 5001

@@ -14,6 +14,8 @@ class Command(BaseCommand):
         r = run_tick()
         self.stdout.write(
             f"policy v{r.policy_version}: started {len(r.started)}, preempting {len(r.preempted)}, "
-            f"evicted {len(r.evicted)}, waiting {r.waiting} in {r.duration_ms:.1f} ms "
+            f"evicted {len(r.evicted)}, "
+            + (f"called off {len(r.called_off)}, " if r.called_off else "")
+            + f"waiting {r.waiting} in {r.duration_ms:.1f} ms "
             f"(load {r.load_ms:.1f}, decide {r.decide_ms:.1f}, persist {r.persist_ms:.1f})"
         )
