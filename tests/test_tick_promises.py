@@ -38,20 +38,27 @@ def _submit(api, user, cls: str) -> int:
     return resp.json()["id"]
 
 
-@pytest.mark.parametrize("handed_back", [True, False], ids=["promise-kept", "promise-lost"])
-def test_cards_freed_for_a_reclaim_go_to_it_not_to_a_higher_class_borrower(
-    demo, api, user_factory, handed_back: bool
-) -> None:
+def _reclaiming(api, user_factory):
+    """A low job of training on the 910A server, then research's reclaim of it (preempted at t0 + 5 s).
+
+    Returns both leads, t0, the borrower's and the reclaim's job ids.
+    """
     create_version(POLICY, author=None, comment="test")
     trainer = user_factory("tina", team="training", role="lead")
     researcher = user_factory("rick", team="research", role="lead")
     t0 = timezone.now().replace(microsecond=0) + timedelta(seconds=5)
     borrower = _submit(api, trainer, "low")
     assert borrower in run_tick(t0).started
-
     reclaim = _submit(api, researcher, "normal")
-    result = run_tick(t0 + timedelta(seconds=5))
-    assert result.preempted == [borrower]
+    assert run_tick(t0 + timedelta(seconds=5)).preempted == [borrower]
+    return trainer, researcher, t0, borrower, reclaim
+
+
+@pytest.mark.parametrize("handed_back", [True, False], ids=["promise-kept", "promise-lost"])
+def test_cards_freed_for_a_reclaim_go_to_it_not_to_a_higher_class_borrower(
+    demo, api, user_factory, handed_back: bool
+) -> None:
+    trainer, _, t0, borrower, reclaim = _reclaiming(api, user_factory)
     cards = set(Device.objects.filter(allocations__job_id=borrower).values_list("id", flat=True))
     promise = JobPromise.objects.get(job_id=reclaim)
     assert set(promise.devices) == cards and len(cards) == 8
@@ -105,14 +112,7 @@ def test_a_preemption_whose_job_was_cancelled_is_called_off_at_its_deadline(demo
     from scheduling.models import JobEvent
     from scheduling.services.jobs import cancel_job
 
-    create_version(POLICY, author=None, comment="test")
-    trainer = user_factory("tina", team="training", role="lead")
-    researcher = user_factory("rick", team="research", role="lead")
-    t0 = timezone.now().replace(microsecond=0) + timedelta(seconds=5)
-    borrower = _submit(api, trainer, "low")
-    assert borrower in run_tick(t0).started
-    reclaim = _submit(api, researcher, "normal")
-    assert run_tick(t0 + timedelta(seconds=5)).preempted == [borrower]
+    _, researcher, t0, borrower, reclaim = _reclaiming(api, user_factory)
     victim = Job.objects.get(pk=borrower)
     assert victim.preempted_for == reclaim and victim.preempt_deadline == t0 + timedelta(seconds=65)
 

@@ -215,6 +215,24 @@ def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
         )
 
 
+def _events(
+    job_ids: list[int], now: datetime, to_state: str, reason: str, detail: str, version: int | None
+) -> list[JobEvent]:
+    """One event per running job the tick moved (to ``to_state``: evicted, or called off)."""
+    return [
+        JobEvent(
+            job_id=job_id,
+            at=now,
+            from_state=Job.State.RUNNING,
+            to_state=to_state,
+            reason=reason,
+            detail=detail,
+            policy_version=version,
+        )
+        for job_id in job_ids
+    ]
+
+
 def _persist(
     snapshot: Snapshot,
     loaded: LoadedState,
@@ -247,36 +265,21 @@ def _persist(
             pending_reason="Preempted" if requeue else "",
             pending_detail="requeued after preemption" if requeue else "",
         )
-        for job_id in decisions.evictions:
-            events.append(
-                JobEvent(
-                    job_id=job_id,
-                    at=now,
-                    from_state=Job.State.RUNNING,
-                    to_state=new_state,
-                    reason="Preempted",
-                    detail="grace period over",
-                    policy_version=version,
-                )
-            )
+        events += _events(decisions.evictions, now, new_state, "Preempted", "grace period over", version)
         result.evicted = list(decisions.evictions)
 
     if decisions.called_off:
         Job.objects.filter(id__in=decisions.called_off, state=Job.State.RUNNING).update(
             preempt_deadline=None, preempted_for=None
         )
-        for job_id in decisions.called_off:
-            events.append(
-                JobEvent(
-                    job_id=job_id,
-                    at=now,
-                    from_state=Job.State.RUNNING,
-                    to_state=Job.State.RUNNING,
-                    reason="PreemptionCalledOff",
-                    detail="the job it was preempted for no longer waits, and no other job needs its devices",
-                    policy_version=version,
-                )
-            )
+        events += _events(
+            decisions.called_off,
+            now,
+            Job.State.RUNNING,
+            "PreemptionCalledOff",
+            "the job it was preempted for no longer waits, and no other job needs its devices",
+            version,
+        )
         result.called_off = list(decisions.called_off)
 
     if decisions.starts:

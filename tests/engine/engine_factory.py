@@ -315,3 +315,14 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
 
 def load_scenario_text(text: str) -> tuple[Snapshot, Cluster, Mapping[str, Any]]:
     return load_scenario(yaml.safe_load(text))
+
+
+def small_cluster(draw: Any) -> tuple[Cluster, int]:
+    """One to three 4-card 910B4 nodes, drawn with hypothesis's ``draw``, and how many cards they hold."""
+    from hypothesis import strategies as st
+
+    cl = Cluster()
+    nodes = draw(st.integers(1, 3))
+    for n in range(nodes):
+        cl.node(f"n{n}", "910B4", 4)
+    return cl, 4 * nodes

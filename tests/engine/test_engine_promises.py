@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine_factory import NOW, T0, Cluster, job, policy, quota, snapshot
+from engine_factory import NOW, T0, Cluster, job, policy, quota, small_cluster, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -180,11 +180,7 @@ def _advance(snap: Snapshot, out: Decisions, step: float, arrivals: list[JobStat
 def contested_reclaims(draw: st.DrawFn) -> tuple[Snapshot, list[list[JobState]], float]:
     """Team a asks within its guarantee; borrowers hold the cluster (a few cards may be free) and keep
     sending jobs: higher-class ones, and short low ones that would fit on a free card."""
-    cl = Cluster()
-    nodes = draw(st.integers(1, 3))
-    for n in range(nodes):
-        cl.node(f"n{n}", "910B4", 4)
-    total = 4 * nodes
+    cl, total = small_cluster(draw)
     g_a = draw(st.integers(1, total))
     used_a = draw(st.integers(0, g_a - 1))
     want = draw(st.integers(1, min(4, g_a - used_a)))
@@ -314,11 +310,7 @@ def test_a_promised_job_counts_toward_its_teams_guarantee_so_reclaim_stops_at_it
 def several_asks(draw: st.DrawFn) -> Snapshot:
     """Team a, with a guarantee and maybe a max and a max of jobs, asks for several jobs at once
     while team c borrows most of the cluster."""
-    cl = Cluster()
-    nodes = draw(st.integers(1, 3))
-    for n in range(nodes):
-        cl.node(f"n{n}", "910B4", 4)
-    total = 4 * nodes
+    cl, total = small_cluster(draw)
     guaranteed = draw(st.integers(1, total))
     cap = draw(st.one_of(st.none(), st.integers(guaranteed, total)))
     a = quota(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from engine_factory import TEMPLATES, Cluster, job, policy, quota, snapshot
+from engine_factory import TEMPLATES, Cluster, job, policy, quota, small_cluster, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -184,11 +184,7 @@ def test_max_never_exceeded_and_reservations_respected(snap: Snapshot) -> None:
 @st.composite
 def guarantee_worlds(draw: st.DrawFn) -> tuple[Snapshot, int]:
     """Team a asks for one card within its guarantee; borrowers hold the cluster."""
-    cl = Cluster()
-    nodes = draw(st.integers(1, 3))
-    for n in range(nodes):
-        cl.node(f"n{n}", "910B4", 4)
-    total = 4 * nodes
+    cl, total = small_cluster(draw)
     g_a = draw(st.integers(1, total))
     g_b = draw(st.integers(0, total - g_a))
     used_a = draw(st.integers(0, g_a - 1))
