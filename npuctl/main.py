@@ -108,6 +108,12 @@ def _dev(job: dict[str, Any]) -> str:
     return f"{job['num_devices']}x{chip}" if chip else str(job["num_devices"])
 
 
+def _preempted(job: dict[str, Any]) -> str:
+    """A running job's REASON: when it must be off its devices, if a preemption was decided."""
+    deadline = job.get("preempt_deadline")
+    return f"preempted, stops {when(deadline)}" if job["state"] == "running" and deadline else ""
+
+
 def cmd_queue(api: Client, args: argparse.Namespace) -> int:
     states = [s for group in (args.state or []) for s in group.split(",") if s] or ACTIVE_STATES
     params: dict[str, Any] = {"state": None if "all" in states else states, "team": args.team, "user": args.user}
@@ -129,7 +135,7 @@ def cmd_queue(api: Client, args: argparse.Namespace) -> int:
             j["priority_class"],
             _dev(j),
             j["state"],
-            j["pending_reason"] if j["state"] == "pending" else "",
+            j["pending_reason"] if j["state"] == "pending" else _preempted(j),
             when(j.get("estimated_start")) if j["state"] == "pending" else "",
         )
         for j in sorted(jobs, key=lambda j: (j["state"] != "running", j["id"]))

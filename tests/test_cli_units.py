@@ -140,3 +140,13 @@ def test_a_queue_longer_than_npuctl_reads_says_it_is_cut(capsys, monkeypatch) ->
         out = capsys.readouterr()
         assert f"showing the first {MAX_PAGES + 1} jobs only" in out.err
         assert len([line for line in out.out.splitlines() if "Resources" in line]) == MAX_PAGES + 1
+
+
+def test_a_running_jobs_reason_says_when_its_preemption_stops_it() -> None:
+    from npuctl.main import _preempted
+    from npuctl.tables import when
+
+    running = {"state": "running", "preempt_deadline": "2026-11-30T10:05:00+00:00"}
+    assert _preempted(running) == f"preempted, stops {when('2026-11-30T10:05:00+00:00')}"
+    assert _preempted({"state": "running", "preempt_deadline": None}) == ""
+    assert _preempted({"state": "pending"}) == ""

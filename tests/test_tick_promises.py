@@ -108,13 +108,18 @@ def test_persisting_promises_writes_new_and_changed_ones_and_deletes_ended_ones(
     assert rows[kept][1] != until
 
 
-def test_a_preemption_whose_job_was_cancelled_is_called_off_at_its_deadline(demo, api, user_factory) -> None:
+def test_a_preemption_whose_job_was_cancelled_is_called_off_at_its_deadline(demo, api, user_factory, client) -> None:
     from scheduling.models import JobEvent
     from scheduling.services.jobs import cancel_job
 
-    _, researcher, t0, borrower, reclaim = _reclaiming(api, user_factory)
+    trainer, researcher, t0, borrower, reclaim = _reclaiming(api, user_factory)
     victim = Job.objects.get(pk=borrower)
     assert victim.preempted_for == reclaim and victim.preempt_deadline == t0 + timedelta(seconds=65)
+    # The victim's team sees it coming, in the list and on the job's page.
+    client.force_login(trainer)
+    stops = timezone.localtime(victim.preempt_deadline)
+    assert f"preempted: stops at {stops:%H:%M:%S}" in client.get("/jobs/").content.decode()
+    assert 'id="job-preemption"' in client.get(f"/jobs/{borrower}/").content.decode()
 
     cancel_job(reclaim, actor=researcher)  # the reclaim is no longer wanted
     assert run_tick(t0 + timedelta(seconds=30)).called_off == []  # not before the deadline
@@ -124,3 +129,4 @@ def test_a_preemption_whose_job_was_cancelled_is_called_off_at_its_deadline(demo
     assert victim.state == "running" and victim.preempt_deadline is None and victim.preempted_for is None
     assert JobEvent.objects.filter(job_id=borrower, reason="PreemptionCalledOff").count() == 1
     assert run_tick(t0 + timedelta(seconds=70)).evicted == []  # and it keeps running
+    assert 'id="job-preemption"' not in client.get(f"/jobs/{borrower}/").content.decode()
