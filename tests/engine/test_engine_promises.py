@@ -146,14 +146,18 @@ def test_slice_requests_get_no_promise() -> None:
 
 
 def _advance(snap: Snapshot, out: Decisions, step: float, arrivals: list[JobState]) -> Snapshot:
-    """The next tick's snapshot: starts run, evicted jobs gone, victims leaving, promises handed back."""
+    """The next tick's snapshot: starts run, evicted jobs gone, victims leaving (and for which job),
+    preemptions called off, promises handed back."""
     now = snap.now.timestamp()
     started = {s.job_id: s for s in out.starts}
-    leaving = {p.job_id: p.grace_deadline for p in out.preemptions}
+    leaving = {p.job_id: p for p in out.preemptions}
     running = [j for j in snap.running if j.id not in set(out.evictions)]
     for j in running:
+        if j.id in out.called_off:  # (decide cleared them on these objects already)
+            assert j.preempt_deadline is None and j.preempted_for is None
         if j.id in leaving and j.preempt_deadline is None:
-            j.preempt_deadline = leaving[j.id]
+            j.preempt_deadline = leaving[j.id].grace_deadline
+            j.preempted_for = leaving[j.id].for_job
     pending = []
     for j in snap.pending:
         if j.id in started:
@@ -404,3 +408,42 @@ def test_no_call_off_without_the_job_it_was_for_or_without_promises_kept() -> No
     assert snap.promises is None  # keeps no promises: cannot tell what counts on the cards
     out = decide(snap)
     assert out.called_off == [] and out.evictions == [1, 2, 3, 4]
+
+
+@st.composite
+def reclaims_with_early_ends(draw: st.DrawFn) -> tuple[Snapshot, list[list[int]]]:
+    """:func:`several_asks`, and between ticks some of team c's jobs end early (cards come free
+    before the victims' deadlines, so a job may start elsewhere and leave its victims unneeded)."""
+    snap = draw(several_asks())
+    ids = [j.id for j in snap.running]
+    ends = [draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)) if ids else [] for _ in range(6)]
+    return snap, ends
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reclaims_with_early_ends())
+def test_a_called_off_preemption_never_takes_cards_a_promise_counts_on(
+    world: tuple[Snapshot, list[list[int]]],
+) -> None:
+    """Whatever ends early: a preemption is only called off once the job it was for stopped
+    waiting, and never under a promise in force; every promised job starts by its deadline."""
+    snap, ends = world
+    due: dict[int, float] = {}
+    for gone in ends:
+        out = decide(snap)
+        now = snap.now.timestamp()
+        pending = {j.id for j in snap.pending}
+        promised = {dev for p in (snap.promises or {}).values() if p.job_id in pending for dev in p.devices}
+        running = {j.id: j for j in snap.running}
+        for jid in out.called_off:
+            assert not any(slot.device_id in promised for slot in running[jid].slots), jid
+        started = {s.job_id for s in out.starts}
+        for jid, until in list(due.items()):
+            if jid in started:
+                del due[jid]
+            else:
+                assert now <= until, f"job {jid} promised for {until - T0:.0f}s, still waiting at {now - T0:.0f}s"
+        for jid, promise in out.promises.items():
+            due.setdefault(jid, promise.until)
+        snap = _advance(snap, out, 100.0, [])
+        snap.running = [j for j in snap.running if j.id not in gone or j.preempt_deadline is not None]
