@@ -192,6 +192,14 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         reason = job["pending_reason"] + (f": {job['pending_reason_text']}" if job.get("pending_reason_text") else "")
         fields.append(("waiting", reason + (f" ({job['pending_detail']})" if job.get("pending_detail") else "")))
         fields.append(("est. start", when(job.get("estimated_start"))))
+    if job["state"] == "running" and job.get("preempt_deadline"):
+        fields.append(
+            (
+                "preempted",
+                f"must be off its devices by {when(job['preempt_deadline'], seconds=True)} "
+                "(called off if no waiting job needs them by then)",
+            )
+        )
     if job.get("array_id"):
         fields.append(("array", f"{job['array_id']}[{job['array_index']}]"))
     width = max(len(k) for k, _ in fields)

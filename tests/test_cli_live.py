@@ -198,3 +198,21 @@ def test_installed_npuctl_runs_as_a_subprocess(cli, live_server) -> None:
         cwd=settings.BASE_DIR,
     )
     assert by_module.returncode == 4
+
+
+def test_a_preempted_running_job_says_when_it_stops(cli) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.services.tick import run_tick
+
+    code, out, _ = cli("member", "submit", "--devices", "1", "--chip", "910B4", "--", "sleep", "600")
+    job_id = int(out.split()[2])
+    assert job_id in run_tick().started
+    deadline = timezone.now() + timedelta(minutes=5)  # as the tick writes a preemption
+    Job.objects.filter(pk=job_id).update(preempt_deadline=deadline, preempted_for=job_id + 1)
+    code, out, _ = cli("member", "show", str(job_id))
+    assert code == 0 and "must be off its devices by" in out and "called off if no waiting job" in out
+    code, out, _ = cli("member", "queue", "--user", "cli-member")
+    assert code == 0 and f"preempted, stops {deadline.astimezone():%m-%d %H:%M}" in out  # (npuctl: local time)
