@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -395,23 +395,26 @@ class _Room:
         return INF
 
     def take(self, amount: float, start: float, end: float) -> None:
-        """A job holds ``amount`` from ``start`` to ``end``: the earliest room free by ``start`` is its.
+        """A job holds ``amount`` from ``start`` to ``end``: the latest room free by ``start`` is its.
 
-        ``start`` is at or after :meth:`time_for`, so the room is there (what is
-        missing for float slack is simply not given back).
+        Latest first, as best fit: room free earlier stays for a job planned after
+        this one that could start before it (room free from now, say, for a job
+        whose cards are free now, while this one waits for its cards). ``start`` is
+        at or after :meth:`time_for`, so the room is there (what is missing for
+        float slack is simply not given back).
         """
         chunks = self.chunks
         left = amount
-        i = 0
-        while left > EPS and i < len(chunks) and chunks[i][0] <= start:
+        i = bisect_right(chunks, [start, INF]) - 1
+        while left > EPS and i >= 0:
             part = chunks[i][1]
             if part <= left + EPS:
                 left -= part
-                i += 1
+                del chunks[i]
             else:
                 chunks[i][1] = part - left
                 left = 0.0
-        del chunks[:i]
+            i -= 1
         taken = amount - max(left, 0.0)
         if taken > EPS and end < INF:
             insort(chunks, [end, taken])

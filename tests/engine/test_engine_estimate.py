@@ -221,6 +221,24 @@ def test_a_per_chip_max_plans_on_that_chip_only_and_cards_can_come_later_than_ro
     assert plan[20] == (600, (cl.dev("b4/0"), cl.dev("b4/1")))
 
 
+def test_a_planned_job_takes_the_latest_room_so_an_earlier_start_behind_it_keeps_the_room_free_now() -> None:
+    # q may hold 2 and holds 1 (until 300). Job 20 waits for 910B4 cards (free at 500), job 21
+    # behind it for a 910A card (free at 100). 21 really starts at 100, while 20 still waits:
+    # 20 must take the unit given back at 300, not the one free now.
+    cl = Cluster().node("b", devices=2).node("x", chip="910A", devices=2)
+    pol = policy({"q": quota(max={"devices": 2}), "a": quota()})
+    running = [
+        _q(cl, 1, "b/0", 500, team="a"),
+        _q(cl, 2, "b/1", 500, team="a"),
+        _q(cl, 3, "x/0", 100, team="a"),
+        _q(cl, 4, "x/1", 300),
+    ]
+    pending = [job(20, "q", n=1, chip="910B4", submitted=-200), job(21, "q", n=1, chip="910A", submitted=-100)]
+    out, plan = _plan(pol, cl, pending, running)
+    assert [out.waiting[j].reason for j in (20, 21)] == [reasons.RESOURCES] * 2
+    assert plan[20][0] == 500 and plan[21] == (100, (cl.dev("x/0"),))
+
+
 def test_a_request_above_the_teams_max_gets_no_estimate() -> None:
     cl = Cluster().node("n1", devices=8)
     pol = policy({"q": quota(max={"devices": 2}), "a": quota()})
