@@ -82,7 +82,6 @@ class Pool:
     __slots__ = (
         "chip",
         "devs",
-        "entries",
         "free",
         "gid",
         "grants",
@@ -135,8 +134,7 @@ class Pool:
         self.used_cpus = zeros.copy()
         #: Number of vNPU slices on each card (a card with slices is never given whole).
         self.slices = zeros.copy()
-        #: ``Occupant.cards`` entry of each card given whole, and its :class:`Slot` (made on first use).
-        self.entries: list[tuple[Pool, int, None]] = [(self, i, None) for i in range(size)]
+        #: The :class:`Slot` of each card given whole (made on first use).
         self.slot_objs: list[Slot | None] = [None] * size
         #: Per card indices a job was given whole: its slots and its ``Occupant.cards`` (values
         #: never changed once made: the placements of a node repeat from tick to tick).
@@ -146,8 +144,7 @@ class Pool:
         """The slots and ``Occupant.cards`` of a job given cards ``picked`` whole (made once)."""
         found = self.grants.get(picked)
         if found is None:
-            entries = self.entries
-            found = self.grants[picked] = (tuple([self.slot(i) for i in picked]), [entries[i] for i in picked])
+            found = self.grants[picked] = (tuple([self.slot(i) for i in picked]), [(self, i, None) for i in picked])
         return found
 
     def slot(self, i: int) -> Slot:
