@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test setup migrate lint format browser clean schema
+.PHONY: run test setup engine migrate lint format browser clean schema
 
 run: setup ## set up, seed the demo once, start web + worker + beat + agents + load generator
 	$(PY) manage.py seed_demo
@@ -17,8 +17,10 @@ test: setup browser ## set up and run the whole suite
 	$(BIN)/mypy
 	$(PY) manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
+	@# The decision core once more as plain Python (the suite above ran the compiled build, if any).
+	NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -n 2 $(PYTEST_ARGS)
 
-setup: $(STAMP) migrate
+setup: $(STAMP) engine migrate
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +29,11 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# The decision core compiled with mypyc (see scheduling/engine/__init__.py); a no-op when
+# the build of these sources exists, plain Python when it cannot be built.
+engine: $(STAMP)
+	@$(PY) -m scheduling.build_engine || echo "could not compile the engine: it runs as plain Python"
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput -v0
@@ -62,4 +69,4 @@ format:
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) var staticfiles
+	rm -rf $(VENV) var staticfiles build

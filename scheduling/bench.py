@@ -317,7 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.busy < 1:
         parser.error("--busy must be in [0, 1)")
     sys.path.insert(0, str(ROOT))
-    out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    from scheduling import engine
+
+    # Which build of the decision core ran (see scheduling/engine/__init__.py): NPUPORTAL_ENGINE=python
+    # times the plain Python one.
+    out: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "engine_build": engine.BUILD,
+    }
     if not args.skip_core:
         from scheduling.engine.bench_core import bench_decide
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduling.engine.capacity import Chip, ClusterState, Pool
+from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
 from scheduling.engine.placement import Need, best_group, lowest_bits
 
 
@@ -49,7 +49,7 @@ class Release:
 
     at: float
     cards: list[tuple[Pool, int, int, int, int, bool]]  # pool, index, cores, mem, cpus, whole
-    occupant: object = None
+    occupant: Occupant | None = None
 
 
 def shadow(

@@ -348,15 +348,6 @@ def time_decide(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
     }
 
 
-class _SplitTick(Tick):
-    """A tick whose ordering is timed on its own: ``run`` takes the order worked out before it."""
-
-    ordered: Any = None
-
-    def order(self) -> Any:
-        return self.ordered if self.ordered is not None else super().order()
-
-
 def time_split(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
     """Medians in ms of the tick's three parts, each tick on a fresh copy (as :func:`time_decide`).
 
@@ -373,11 +364,11 @@ def time_split(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
         gc.disable()
         try:
             t0 = time.perf_counter()
-            tick = _SplitTick(snap)
+            tick = Tick(snap)
             t1 = time.perf_counter()
-            tick.ordered = tick.order()
+            ordered = tick.order()
             t2 = time.perf_counter()
-            tick.run()
+            tick.run(ordered)
             t3 = time.perf_counter()
         finally:
             gc.enable()
@@ -449,6 +440,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     growth = tuple(int(x) for x in args.growth.split(",") if x)
     res = bench_decide(args.pending, args.nodes, args.devices_per_node, args.busy, ticks=args.ticks, growth=growth)
+    from scheduling import engine
+
+    print(f"engine build: {engine.BUILD} (NPUPORTAL_ENGINE=python for the plain Python one)")
     print(
         f"decide: {res['pending']} pending, {res['devices']} devices, {res['running']} running: "
         f"median {res['median_ms']:.1f} ms (CPU {res['cpu_median_ms']:.1f} ms), max {res['max_ms']:.1f} ms, "

@@ -788,7 +788,9 @@ class ClusterState:
                 seq += 1
             layout.seq = seq
         layout.evicted_last = set(evicted)
-        if delta is not None and layout.held is not None:
+        # (``self._layout``, not ``layout``: the type checker still sees the ``None`` set above,
+        # and a compiled build would check the value against it.)
+        if delta is not None and self._layout.held is not None:
             self._keep_image()
         self._find_leaving(leaving)
 

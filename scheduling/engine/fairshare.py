@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from scheduling.engine.frozen import Frozen
 from scheduling.engine.policy import Policy
 
 #: Tree node as given: ``{"parent": str | None, "shares": float, "usage": float}``.
@@ -34,7 +35,7 @@ Tree = Mapping[str, Mapping[str, object]]
 
 
 @dataclass(frozen=True, slots=True)
-class FairShareRow:
+class FairShareRow(Frozen):
     """One association's numbers, as ``sshare -l`` shows them."""
 
     name: str

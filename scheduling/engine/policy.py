@@ -21,6 +21,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from scheduling.engine.durations import format_duration
+from scheduling.engine.frozen import Frozen
 from scheduling.engine.schedules import DAY_NAMES, covers
 
 #: Resource key for all chips, counted in card equivalents.
@@ -35,7 +36,7 @@ def chip_resource(chip_model: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyIssue:
+class PolicyIssue(Frozen):
     """One thing wrong with a policy text, located by its path in the document.
 
     ``line`` (1-based, when known) is for editors that highlight the spot; it is
@@ -66,7 +67,7 @@ class PolicyError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class PriorityClass:
+class PriorityClass(Frozen):
     """One priority class; ``rank`` 0 is the highest (first in the YAML list)."""
 
     name: str
@@ -77,7 +78,7 @@ class PriorityClass:
 
 
 @dataclass(frozen=True, slots=True)
-class Quota:
+class Quota(Frozen):
     """A team's limits in force at one moment.
 
     ``guaranteed`` and ``max`` map resource keys (``devices``,
@@ -95,7 +96,7 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
-class Schedule:
+class Schedule(Frozen):
     """A time-of-day quota window of one team.
 
     ``days`` holds weekday numbers (0 = Monday) on which the window *starts*;
@@ -123,7 +124,7 @@ class Schedule:
 
 
 @dataclass(frozen=True, slots=True)
-class TeamPolicy:
+class TeamPolicy(Frozen):
     name: str
     department: str | None
     shares: float
@@ -132,7 +133,7 @@ class TeamPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(Frozen):
     """A fraction of healthy devices held for some priority classes.
 
     ``chip_models`` ``None`` means the ratio applies to all chips overall.
@@ -145,7 +146,7 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
-class Ordering:
+class Ordering(Frozen):
     """Multifactor priority weights (Slurm style) and the fair-share clock."""
 
     weight_priority_class: float = 10000.0
@@ -157,7 +158,7 @@ class Ordering:
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(Frozen):
     """A whole parsed policy. Build it with :func:`parse_policy`."""
 
     name: str

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from scheduling.engine.frozen import Frozen
 from scheduling.engine.policy import Policy
 
 
@@ -41,7 +42,7 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
-class VnpuTemplate:
+class VnpuTemplate(Frozen):
     """A vNPU slice shape of one chip model (``vir05_1c_8g`` on 910B4, ``vir02`` on 310P3)."""
 
     chip_model: str
@@ -52,7 +53,7 @@ class VnpuTemplate:
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
+class Slot(Frozen):
     """One device given to a job: the whole card, or a vNPU slice of it."""
 
     device_id: int
@@ -88,7 +89,7 @@ class JobState:
 
 
 @dataclass(slots=True, frozen=True)
-class RunningDelta:
+class RunningDelta(Frozen):
     """Optional promise from a caller that keeps its job objects: how ``running`` changed.
 
     ``running`` holds the previous snapshot's running jobs (that snapshot carried a
@@ -114,7 +115,7 @@ class RunningDelta:
 
 
 @dataclass(slots=True, frozen=True)
-class Promise:
+class Promise(Frozen):
     """Cards a waiting job was promised when jobs were asked to leave for it.
 
     ``until`` is when the last of those jobs must be gone (the plan's expected

@@ -9,6 +9,10 @@ before the fast path (commit f41ddd7), or the last commit's when changing it::
 
 (``NPUPORTAL_DIFF_EXAMPLES=2000`` for more random worlds.)
 
+Without it, a process running the compiled build (``scheduling.engine.BUILD``)
+takes its own source as the reference: the compiled modules must decide exactly
+as the plain Python they were compiled from.
+
 Both engines get the same snapshots (synthetic clusters of the benchmark with
 many seeds, sizes and policy variants; the property tests' hypothesis worlds;
 the YAML scenarios; whole simulator runs, where a snapshot's node objects are
@@ -33,18 +37,23 @@ from hypothesis import HealthCheck, given, settings
 from refloader import load_reference
 from test_engine_properties import guarantee_worlds, worlds
 
+from scheduling import engine
 from scheduling.engine.bench_core import make_synthetic_snapshot, next_tick
 from scheduling.engine.decide import decide
 from scheduling.engine.policy import Ordering, Reservation
 from scheduling.engine.snapshot import Decisions, Snapshot
 
-REF = os.environ.get("NPUPORTAL_REF_ENGINE")
+ROOT = Path(__file__).resolve().parents[2]
+REF = os.environ.get("NPUPORTAL_REF_ENGINE") or (
+    str(ROOT / "scheduling" / "engine") if engine.BUILD == "compiled" else None
+)
 #: Hypothesis examples per property (``NPUPORTAL_DIFF_EXAMPLES`` for a longer run).
 EXAMPLES = int(os.environ.get("NPUPORTAL_DIFF_EXAMPLES", "300"))
-pytestmark = pytest.mark.skipif(not REF, reason="set NPUPORTAL_REF_ENGINE to a reference engine directory")
+pytestmark = pytest.mark.skipif(
+    not REF, reason="set NPUPORTAL_REF_ENGINE to a reference engine directory (or run the compiled build)"
+)
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ref_decide() -> Any:
