@@ -339,14 +339,20 @@ class Occupant:
 
 _IDX = attrgetter("idx")
 
-#: What the layout of a node depends on, per device (see :class:`Layout`).
-_DEVICE_FIELDS = attrgetter("id", "index", "chip_model", "topology_group", "usable", "hbm_mb", "ai_cores", "ai_cpus")
+def inventory_fingerprint(nodes: list[NodeState]) -> list[object]:
+    """Every value of the inventory the layout is built from (node names, schedulable flags, devices).
 
-
-def inventory_fingerprint(nodes: list[NodeState]) -> list[tuple]:
-    """Every value of the inventory the layout is built from (node names, schedulable flags, devices)."""
-    fields = _DEVICE_FIELDS
-    return [(node.name, node.schedulable, *map(fields, node.devices)) for node in nodes]
+    One flat list (a node's name and flag, then a tuple per device), read field by
+    field: compiled, these are native reads, where ``attrgetter`` went through the
+    generic attribute lookup of 64,000 values on 8,000 cards.
+    """
+    out: list[object] = []
+    for node in nodes:
+        out.append(node.name)
+        out.append(node.schedulable)
+        for d in node.devices:
+            out.append((d.id, d.index, d.chip_model, d.topology_group, d.usable, d.hbm_mb, d.ai_cores, d.ai_cpus))
+    return out
 
 
 class Layout:
@@ -369,7 +375,7 @@ class Layout:
     #: Layouts kept for reuse (one per inventory seen last).
     KEEP: ClassVar[int] = 2
 
-    def __init__(self, nodes: list[NodeState], fingerprint: list[tuple] | None) -> None:
+    def __init__(self, nodes: list[NodeState], fingerprint: list[object] | None) -> None:
         self.fingerprint = fingerprint
         #: ``Snapshot.inventory_key`` of the snapshot it was built for (``None``: match by fingerprint).
         self.key: object | None = None
@@ -432,7 +438,7 @@ class Layout:
         With ``key`` (``Snapshot.inventory_key``) the caller vouches that equal keys mean
         an equal inventory, and the fingerprint (a read of every device) is skipped.
         """
-        fingerprint: list[tuple] | None = None if key is not None else inventory_fingerprint(nodes)
+        fingerprint: list[object] | None = None if key is not None else inventory_fingerprint(nodes)
         with cls._lock:
             for i, layout in enumerate(cls._idle):
                 if key is not None:

@@ -66,7 +66,6 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from operator import attrgetter
 
 from scheduling.engine import reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
@@ -97,6 +96,7 @@ class _Group:
     """Pending jobs of one team, class and shape: what the tick decides once for all of them."""
 
     __slots__ = (
+        "base",
         "budget",
         "cls",
         "ledger",
@@ -132,6 +132,8 @@ class _Group:
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
+        #: The class's term of the priority (set by ``Tick.order``).
+        self.base = 0.0
         #: A job holding a promise from an earlier tick is a group of its own (see ``Tick.run``).
         self.promise: _Promised | None = None
 
@@ -366,8 +368,9 @@ class Tick:
         """
         pending = self.snapshot.pending
         groups = self._groups()
-        if len(pending) < 2:  # nothing to order (half the simulator's ticks): no fair share, no scores
-            return list(range(len(pending))), groups
+        n = len(pending)
+        if n < 2:  # nothing to order (half the simulator's ticks): no fair share, no scores
+            return list(range(n)), groups
         ordering = self.policy.ordering
         w_class = ordering.weight_priority_class
         w_fs = ordering.weight_fair_share
@@ -378,46 +381,55 @@ class Tick:
         age_scale = w_age / max_age if max_age > 0 else 0.0
         size_scale = w_size / largest if largest > 0 else 0.0
         class_f = class_factors(self.policy)
-        # Constant part per (team, user, class).
-        owner_keys = [(j.team, j.user, j.priority_class) for j in pending]
-        owners = set(owner_keys)
-        fair = self.fair_share_of({(team, user) for team, user, _ in owners})
-        base: dict[tuple[str, str, str], float] = {}
-        for key in owners:
-            base[key] = w_class * class_f.get(key[2], 0.0) + w_fs * fair[(key[0], key[1])]
-        bases = map(base.__getitem__, owner_keys)
-        now = self.now
-        if size_scale:
-            for group in set(groups):
+        # Fair share per (team, user), looked up team first: no key tuple per job.
+        users: dict[str, set[str]] = {}
+        for job in pending:
+            team_users = users.get(job.team)
+            if team_users is None:
+                users[job.team] = {job.user}
+            else:
+                team_users.add(job.user)
+        fair = self.fair_share_of({(team, user) for team, names in users.items() for user in names})
+        fair_of: dict[str, dict[str, float]] = {team: {} for team in users}
+        for (team, user), factor in fair.items():
+            fair_of[team][user] = w_fs * factor
+        # What is constant per group: its class's term and its job-size term.
+        for group in set(groups):
+            group.base = w_class * class_f.get(group.cls, 0.0)
+            if size_scale:
                 need = group.need
                 units = need.first_units if need.chips else float(group.n)
                 group.size = min(units * size_scale, w_size)
-            sizes = map(attrgetter("size"), groups)
-            if max_age <= 0:
-                neg = [-((b + w_age) + z) for b, z in zip(bases, sizes, strict=True)]
             else:
-                neg = [
-                    -(
-                        (b + w_age if (w := now - j.submitted_at) >= max_age else (b + w * age_scale if w > 0 else b))
-                        + z
-                    )
-                    for j, b, z in zip(pending, bases, sizes, strict=True)
-                ]
-        elif max_age <= 0:
-            neg = [-(b + w_age) for b in bases]
-        else:
-            neg = [
-                -(b + w_age if (w := now - j.submitted_at) >= max_age else (b + w * age_scale if w > 0 else b))
-                for j, b in zip(pending, bases, strict=True)
-            ]
-        n = len(pending)
+                group.size = 0.0
+        now = self.now
+        neg = [0.0] * n
+        for i in range(n):
+            job = pending[i]
+            group = groups[i]
+            # The same sums, in the same order, as :func:`priority.order_pending`'s score.
+            b = group.base + fair_of[job.team][job.user]
+            if max_age <= 0:
+                b = b + w_age
+            else:
+                w = now - job.submitted_at
+                if w >= max_age:
+                    b = b + w_age
+                elif w > 0:
+                    b = b + w * age_scale
+            neg[i] = -(b + group.size) if size_scale else -b
         idx = sorted(range(n), key=neg.__getitem__)
-        if len(set(neg)) != n:  # ties: earlier submission, then lower id
-            ids = [j.id for j in pending]
-            subs = [j.submitted_at for j in pending]
-            idx = sorted(range(n), key=ids.__getitem__)
-            idx.sort(key=subs.__getitem__)
-            idx.sort(key=neg.__getitem__)
+        last = neg[idx[0]]
+        for i in range(1, n):
+            score = neg[idx[i]]
+            if score == last:  # ties: earlier submission, then lower id
+                ids = [j.id for j in pending]
+                subs = [j.submitted_at for j in pending]
+                idx = sorted(range(n), key=ids.__getitem__)
+                idx.sort(key=subs.__getitem__)
+                idx.sort(key=neg.__getitem__)
+                break
+            last = score
         return idx, groups
 
     def _groups(self) -> list[_Group]:
@@ -446,10 +458,15 @@ class Tick:
             )
             return group
 
-        keys = [(j.team, j.priority_class, j.chip_model, j.vnpu_template, j.num_devices) for j in pending]
-        for key in set(keys):
-            groups[key] = make(key)
-        out = list(map(groups.__getitem__, keys))
+        keys: list[tuple] = []
+        out: list[_Group] = []
+        for j in pending:
+            key = (j.team, j.priority_class, j.chip_model, j.vnpu_template, j.num_devices)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = make(key)
+            keys.append(key)
+            out.append(group)
         # The largest request of the tick: a team's memo of admissions outlives its starts while
         # every limit keeps room for it (TeamLedger.add). Ledgers made later assume no bound.
         big = max((max(group.need.units.values()) for group in groups.values() if group.need.units), default=0.0)
@@ -471,11 +488,14 @@ class Tick:
         waiting = self.out.waiting
         holds = self.holds
         now = self.now
-        place = self.place
         reservations = self.reservations
         reserved = bool(reservations.held)
         shadows = self._shadows
-        for job, group in zip(map(pending.__getitem__, idx), map(groups.__getitem__, idx), strict=True):
+        # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
+        # they are a typed list read and a native call; interpreted they cost about the same.)
+        for k in idx:
+            job = pending[k]
+            group = groups[k]
             if group.promise is not None:
                 self._promised_turn(job, group)
                 continue
@@ -541,7 +561,7 @@ class Tick:
                         hit[7] = margin
                         waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
                         continue
-            outcome = place(job, need, ledger, list(chips))
+            outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
             if outcome is not None:
                 waiting[jid] = Wait(jid, *outcome)
