@@ -97,3 +97,38 @@ def test_snapshot_carries_epoch_times_slots_and_templates(demo, user_factory) ->
     assert loaded.waiting[pending.pk] == ("Resources", "", round((now + timedelta(minutes=7)).timestamp()))
     assert ("310P3", "vir02") in snap.templates
     assert sum(len(n.devices) for n in snap.nodes) == 28
+
+
+def test_inventory_values_change_with_every_value_the_layout_is_built_from(demo) -> None:
+    """``Snapshot.inventory_values`` stands for the nodes and devices: equal only while they are."""
+    from devices.models import Node
+    from scheduling.engine.capacity import Layout
+    from scheduling.engine.decide import decide
+
+    now = timezone.now()
+    first, _ = load_snapshot(now, HOURLY)
+    again, _ = load_snapshot(now, HOURLY)
+    assert first.inventory_values is not again.inventory_values
+    assert first.inventory_values == again.inventory_values  # nothing changed: the layout is kept
+    Layout._idle.clear()
+    decide(first)
+    (kept,) = Layout._idle
+    decide(again)
+    assert Layout._idle[0] is kept
+
+    device = Device.objects.order_by("id").first()
+    assert device is not None
+    device.health = "critical"
+    device.save(update_fields=["health"])
+    sick, _ = load_snapshot(now, HOURLY)
+    assert sick.inventory_values != first.inventory_values
+    assert not next(d for n in sick.nodes for d in n.devices if d.id == device.id).usable
+    decide(sick)
+    assert Layout._idle[0] is not kept  # a new layout, without the sick card
+
+    node = Node.objects.order_by("id").first()
+    assert node is not None
+    node.state = Node.State.CORDONED
+    node.save(update_fields=["state"])
+    cordoned, _ = load_snapshot(now, HOURLY)
+    assert cordoned.inventory_values != sick.inventory_values

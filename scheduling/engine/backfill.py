@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 
 from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
 from scheduling.engine.placement import Need, best_group, lowest_bits
+from scheduling.engine.record import Record
 
 
-@dataclass(slots=True)
-class Hold:
+@dataclass
+class Hold(Record):
     """Cards held for the blocked job of one pool until its shadow time."""
 
     chip: str
@@ -42,14 +43,42 @@ class Hold:
     #: placement (a slice there that outlives the shadow time would delay the held job).
     sliced_now: list[tuple[Pool, int]] = field(default_factory=list)
 
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        chip: str,
+        job_id: int,
+        shadow: float,
+        free_now: list[tuple[Pool, int]],
+        devices: frozenset[int],
+        sliced_now: list[tuple[Pool, int]] | None = None,
+    ) -> None:
+        self.chip = chip
+        self.job_id = job_id
+        self.shadow = shadow
+        self.free_now = free_now
+        self.devices = devices
+        self.sliced_now = sliced_now if sliced_now is not None else list()
 
-@dataclass(slots=True)
-class Release:
+
+@dataclass
+class Release(Record):
     """Cards that come free at ``at`` (a running job's expected end)."""
 
     at: float
     cards: list[tuple[Pool, int, int, int, int, bool]]  # pool, index, cores, mem, cpus, whole
     occupant: Occupant | None = None
+
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        at: float,
+        cards: list[tuple[Pool, int, int, int, int, bool]],
+        occupant: Occupant | None = None,
+    ) -> None:
+        self.at = at
+        self.cards = cards
+        self.occupant = occupant
 
 
 def shadow(

@@ -221,7 +221,7 @@ def make_synthetic_snapshot(
 
 
 def clone_snapshot(snap: Snapshot) -> Snapshot:
-    """A copy with new node, device and job objects (what the database tick builds every time).
+    """A copy with new node, device and job objects (what the database tick builds every time), and its rows.
 
     Slot objects, templates and the policy are immutable values and are shared; every
     running job gets a new ``slots`` tuple, as the database tick builds one.
@@ -267,6 +267,14 @@ def clone_snapshot(snap: Snapshot) -> Snapshot:
             j.preempt_deadline,
         )
 
+    # The rows the database tick would have read these nodes and devices from (it passes them
+    # as ``inventory_values``; new tuples every time, as a new read gives).
+    node_rows = [(k, n.name, n.state, n.schedulable) for k, n in enumerate(nodes)]
+    device_rows = [
+        (d.id, k, d.index, d.chip_model, d.topology_group, d.hbm_mb, d.ai_cores, d.ai_cpus, d.health, d.usable)
+        for k, n in enumerate(nodes)
+        for d in n.devices
+    ]
     return Snapshot(
         snap.now,
         snap.policy,
@@ -276,6 +284,7 @@ def clone_snapshot(snap: Snapshot) -> Snapshot:
         dict(snap.templates),
         dict(snap.usage),
         dict(snap.month_device_hours),
+        inventory_values=(node_rows, device_rows),
     )
 
 
@@ -313,7 +322,8 @@ def time_decide(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
 
     The database tick never passes the same snapshot twice, so every call gets
     new objects (:func:`clone_snapshot`, made outside the timer) and only
-    ``decide`` is timed, each call after a full ``gc.collect()`` (else a
+    ``decide`` is timed (freeing its own state included, the decisions it
+    returns freed after), each call after a full ``gc.collect()`` (else a
     collection of the copies, due from allocations before the call, would
     land inside the timer). Wall clock (``*_ms``) and CPU time of this process
     (``cpu_*_ms``: on a shared machine the fairer figure). ``first_ms`` is a
@@ -332,9 +342,10 @@ def time_decide(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
         gc.collect()  # start each tick from a collected heap, as timeit does (outside the timer)
         c0 = time.process_time()
         t0 = time.perf_counter()
-        decide(snap)
+        out = decide(snap)
         times.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
+        del out  # the caller's to free, after it has written the decisions (outside the timer)
     return {
         "first_ms": first,
         "median_ms": statistics.median(times),
@@ -354,7 +365,8 @@ def time_split(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
     ``state_ms``: the free state built and the running jobs charged (``Tick(snapshot)``);
     ``order_ms``: the pending jobs ordered (``Tick.order``); ``decide_ms``: the rest of
     ``Tick.run`` (admission, placement, preemption, waits). The three add up to a tick
-    without the cyclic collector's pause, which :func:`decide` also keeps out.
+    without the cyclic collector's pause, which :func:`decide` also keeps out, and
+    without freeing the tick's state, which :func:`decide` times.
     """
     copies = [clone_snapshot(snapshot) for _ in range(ticks + 1)]
     decide(copies[0])  # the layout cached, as for the timed ticks of time_decide
@@ -368,8 +380,9 @@ def time_split(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
             t1 = time.perf_counter()
             ordered = tick.order()
             t2 = time.perf_counter()
-            tick.run(ordered)
+            out = tick.run(ordered)
             t3 = time.perf_counter()
+            del tick, out  # freed outside the timers (the tick's own state is freed inside decide's)
         finally:
             gc.enable()
         parts["state_ms"].append((t1 - t0) * 1000)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, ClassVar
 
+from scheduling.engine.record import Record
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, RunningDelta, Slot, Snapshot, VnpuTemplate
 
 #: Float slack for unit sums (slices make fractions such as 0.3 + 0.3 + 0.4).
@@ -310,8 +311,8 @@ class Chip:
         return template.ai_cores / self.card_cores if self.card_cores else 1.0
 
 
-@dataclass(slots=True)
-class Occupant:
+@dataclass
+class Occupant(Record):
     """A running job as the free state sees it."""
 
     job: JobState
@@ -336,8 +337,38 @@ class Occupant:
     #: The cards as a shadow replay reads them (``backfill.Release.cards``), built on first use.
     release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None
 
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        job: JobState,
+        chip: str,
+        units: float,
+        cards: list[tuple[Pool, int, VnpuTemplate | None]],
+        usable_units: float,
+        expected_end: float | None,
+        leaving: float | None = None,
+        end_now: float = -math.inf,
+        end_deadline: float | None = None,
+        seq: int = 0,
+        sort_end: float = 0.0,
+        release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None,
+    ) -> None:
+        self.job = job
+        self.chip = chip
+        self.units = units
+        self.cards = cards
+        self.usable_units = usable_units
+        self.expected_end = expected_end
+        self.leaving = leaving
+        self.end_now = end_now
+        self.end_deadline = end_deadline
+        self.seq = seq
+        self.sort_end = sort_end
+        self.release_cards = release_cards
+
 
 _IDX = attrgetter("idx")
+
 
 def inventory_fingerprint(nodes: list[NodeState]) -> list[object]:
     """Every value of the inventory the layout is built from (node names, schedulable flags, devices).
@@ -375,7 +406,7 @@ class Layout:
     #: Layouts kept for reuse (one per inventory seen last).
     KEEP: ClassVar[int] = 2
 
-    def __init__(self, nodes: list[NodeState], fingerprint: list[object] | None) -> None:
+    def __init__(self, nodes: list[NodeState], fingerprint: object | None) -> None:
         self.fingerprint = fingerprint
         #: ``Snapshot.inventory_key`` of the snapshot it was built for (``None``: match by fingerprint).
         self.key: object | None = None
@@ -429,16 +460,20 @@ class Layout:
         self.reset()
 
     @classmethod
-    def get(cls, nodes: list[NodeState], key: object | None = None) -> Layout:
+    def get(cls, nodes: list[NodeState], key: object | None = None, values: object | None = None) -> Layout:
         """A layout for ``nodes``: a cached one with the same fingerprint, else a new one.
 
         A cached one is as the last tick left it: :meth:`ClusterState.occupy` resets it
         or, given a running delta, starts from its image of the last tick.
 
         With ``key`` (``Snapshot.inventory_key``) the caller vouches that equal keys mean
-        an equal inventory, and the fingerprint (a read of every device) is skipped.
+        an equal inventory, and the fingerprint (a read of every device) is skipped. With
+        ``values`` (``Snapshot.inventory_values``, the rows the database tick read) the
+        fingerprint is those values: comparing them costs a fifth of reading the devices.
         """
-        fingerprint: list[object] | None = None if key is not None else inventory_fingerprint(nodes)
+        fingerprint: object | None = None
+        if key is None:
+            fingerprint = ("values", values) if values is not None else ("read", inventory_fingerprint(nodes))
         with cls._lock:
             for i, layout in enumerate(cls._idle):
                 if key is not None:
@@ -559,7 +594,7 @@ class ClusterState:
         self.strategy = strategy
         self.now = now
         self.templates: Mapping[tuple[str, str], VnpuTemplate] = snapshot.templates
-        layout = self._layout = Layout.get(snapshot.nodes, snapshot.inventory_key)
+        layout = self._layout = Layout.get(snapshot.nodes, snapshot.inventory_key, snapshot.inventory_values)
         #: The layout went back to the cache (:meth:`release`): this state is dead.
         self._released = False
         self.chips: dict[str, Chip] = layout.chips

@@ -118,7 +118,7 @@ class _Group:
         self.need = need
         self.ledger = ledger
         #: ``(reason, detail)`` every job of the group waits with (class not in the policy / not allowed).
-        self.static: tuple[str, str] | None = None
+        self.static: Wait | None = None
         #: No chip model fits the shape: admission job by job, then the shape's reason.
         self.slow = False
         #: Anything to check job by job before the shared answer (static, slow, duration, budget).
@@ -126,8 +126,8 @@ class _Group:
         #: The team's max job duration and monthly device-hours, plus the float slack (or ``None``).
         self.max_duration = None if ledger.max_duration is None else ledger.max_duration + EPS
         self.budget = None if ledger.budget is None else ledger.budget + EPS
-        #: Waits of steps 4c-4g by rank (see ``Tick.run``): ``[chips, version, reason, detail,
-        #: estimated, stable epoch, reservations.taken when checked, margin then]``.
+        #: Waits of steps 4c-4g by rank (see ``Tick.run``): ``[chips, version, Wait (shared by
+        #: the jobs it answers), stable epoch, reservations.taken when checked, margin then]``.
         self.memo: dict[int, list] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
@@ -347,7 +347,7 @@ class Tick:
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:
-        self.out.waiting[job_id] = Wait(job_id, reason, detail, estimated)
+        self.out.waiting[job_id] = Wait(reason, detail, estimated)
 
     def fair_share_of(self, users: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], float]:
         """Fair-share factor of every ``(team, user)`` with a pending job (or of ``users``)."""
@@ -448,11 +448,11 @@ class Tick:
             group = _Group(team, cls, need, ledger)
             group.n = n
             if cls not in class_rank:
-                group.static = (reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not in the policy")
+                group.static = Wait(reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not in the policy")
             elif not need.chips:
                 group.slow = True  # admission per job, then the static shape reason
             elif ledger.allowed is not None and cls not in ledger.allowed:
-                group.static = (reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not allowed")
+                group.static = Wait(reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not allowed")
             group.mode = (
                 group.static is not None or group.slow or ledger.max_duration is not None or ledger.budget is not None
             )
@@ -491,6 +491,8 @@ class Tick:
         reservations = self.reservations
         reserved = bool(reservations.held)
         shadows = self._shadows
+        #: One wait per refusal of the admission memo (the waits are values: shared).
+        refused: dict[tuple, Wait] = {}
         # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
         # they are a typed list read and a native call; interpreted they cost about the same.)
         for k in idx:
@@ -504,7 +506,7 @@ class Tick:
             need = group.need
             if group.mode:  # admission steps that depend on the job itself (quota.admit's order)
                 if group.static is not None:
-                    waiting[jid] = Wait(jid, *group.static)
+                    waiting[jid] = group.static
                     continue
                 if group.slow:
                     self._admit_slow(job, group)
@@ -512,16 +514,13 @@ class Tick:
                 limit = group.max_duration
                 if limit is not None and (job.max_duration_s or job.estimated_duration_s) > limit:
                     duration = job.max_duration_s or job.estimated_duration_s
-                    waiting[jid] = Wait(
-                        jid, reasons.QUOTA_MAX_DURATION, f"{duration:.0f}s > max {ledger.max_duration:.0f}s"
-                    )
+                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, f"{duration:.0f}s > max {ledger.max_duration:.0f}s")
                     continue
                 budget = group.budget
                 if budget is not None:
                     hours = need.first_units * job.estimated_duration_s / 3600.0
                     if ledger.month_hours + hours > budget:
                         waiting[jid] = Wait(
-                            jid,
                             reasons.MONTHLY_BUDGET_EXHAUSTED,
                             f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
                         )
@@ -529,11 +528,11 @@ class Tick:
             adm = ledger.adm.get(need)
             if adm is None:
                 adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
-                if adm[0] is not None:
-                    waiting[jid] = Wait(jid, adm[0], adm[1])
-                    continue
-            elif adm[0] is not None:
-                waiting[jid] = Wait(jid, adm[0], adm[1])
+            if adm[0] is not None:
+                refusal = refused.get(adm)
+                if refusal is None:
+                    refusal = refused[adm] = Wait(adm[0], adm[1])
+                waiting[jid] = refusal
                 continue
             chips = adm[2]
             # Steps 4c-4g give the same answer to every job of the same team, class
@@ -549,27 +548,27 @@ class Tick:
             version = self.version
             if hit is not None and hit[0] == chips:
                 if hit[1] == version:
-                    waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
+                    waiting[jid] = hit[2]
                     continue
-                if hit[5] == self._epoch:  # a stable wait (see place)
-                    if not reserved or reservations.taken - hit[6] < hit[7]:
-                        waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
+                if hit[3] == self._epoch:  # a stable wait (see place)
+                    if not reserved or reservations.taken - hit[4] < hit[5]:
+                        waiting[jid] = hit[2]
                         continue
                     margin = self._reservations_fit(group.cls, need, chips)
                     if margin is not None:
-                        hit[6] = reservations.taken
-                        hit[7] = margin
-                        waiting[jid] = Wait(jid, hit[2], hit[3], hit[4])
+                        hit[4] = reservations.taken
+                        hit[5] = margin
+                        waiting[jid] = hit[2]
                         continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
             if outcome is not None:
-                waiting[jid] = Wait(jid, *outcome)
+                wait = waiting[jid] = Wait(*outcome)
                 if self.version == version:
                     entry = group.memo[rank] = [
                         chips,
                         version,
-                        *outcome,
+                        wait,
                         self._epoch if self._stable else -1,
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
@@ -604,17 +603,17 @@ class Tick:
         counted = self._uncount(jid)
         try:
             if group.static is not None:
-                self.out.waiting[jid] = Wait(jid, *group.static)
+                self.out.waiting[jid] = group.static
             elif group.slow:
                 self._admit_slow(job, group)
             else:
                 reason, detail, chips = admit(ledger, job, need.chips, need.units)
                 if reason is not None:
-                    self.out.waiting[jid] = Wait(jid, reason, detail)
+                    self.out.waiting[jid] = Wait(reason, detail)
                 else:
                     outcome = self._place_promised(job, need, ledger, chips, group.promise)
                     if outcome is not None:
-                        self.out.waiting[jid] = Wait(jid, *outcome)
+                        self.out.waiting[jid] = Wait(*outcome)
         finally:
             if counted is not None:
                 if jid in self.promised and jid not in self._counted:  # still due to start
@@ -726,7 +725,7 @@ class Tick:
         reason, detail, _ = admit(group.ledger, job, need.chips, need.units)
         if reason is None:
             reason, detail = need.reason or reasons.TOPOLOGY, need.detail
-        self.out.waiting[job.id] = Wait(job.id, reason, detail)
+        self.out.waiting[job.id] = Wait(reason, detail)
 
     def _reservations_fit(self, cls: str, need: Need, chips: tuple[str, ...]) -> float | None:
         """``None`` if a reservation holds back free devices a job of ``cls`` and shape ``need`` could use now.

@@ -53,7 +53,7 @@ from scheduling.engine import reasons
 from scheduling.engine.capacity import EPS, expected_end
 from scheduling.engine.policy import DEVICES, chip_resource
 from scheduling.engine.quota import quota_in_force
-from scheduling.engine.snapshot import Decisions, JobState, Slot, Snapshot, VnpuTemplate
+from scheduling.engine.snapshot import Decisions, JobState, Slot, Snapshot, VnpuTemplate, Wait
 
 INF = math.inf
 
@@ -753,6 +753,7 @@ def estimate_starts(snapshot: Snapshot, decisions: Decisions, limit: int | None 
             # Up to the next whole minute: finer is false precision, and a value that
             # moves by seconds would rewrite thousands of stored estimates each pass.
             # (To the second first: times read back from a database carry float noise.)
-            wait.estimated_start = math.ceil(round(at) / 60.0) * 60.0
+            # (A new value: waits are shared between jobs, see ``snapshot.Wait``.)
+            waiting[jid] = Wait(wait.reason, wait.detail, math.ceil(round(at) / 60.0) * 60.0)
             filled += 1
     return filled

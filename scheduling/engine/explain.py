@@ -90,6 +90,7 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
     wait = decisions.waiting[job_id]
     if wait.estimated_start is None and wait.reason in ESTIMATED_REASONS:
         estimate_starts(snapshot, decisions)  # as the tick's planning pass gives it
+        wait = decisions.waiting[job_id]  # (a new value: waits are never edited)
     out.update(
         decision="wait",
         reason=wait.reason,

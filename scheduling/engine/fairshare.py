@@ -27,15 +27,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduling.engine.frozen import Frozen
 from scheduling.engine.policy import Policy
+from scheduling.engine.record import Record
 
 #: Tree node as given: ``{"parent": str | None, "shares": float, "usage": float}``.
 Tree = Mapping[str, Mapping[str, object]]
 
 
 @dataclass(frozen=True, slots=True)
-class FairShareRow(Frozen):
+class FairShareRow(Record):
     """One association's numbers, as ``sshare -l`` shows them."""
 
     name: str

@@ -33,6 +33,7 @@ from itertools import islice
 
 from scheduling.engine import reasons
 from scheduling.engine.capacity import Chip, ClusterState, Pool, lowest_bits  # noqa: F401 (used by backfill, preemption)
+from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState, Slot, VnpuTemplate
 
 
@@ -57,8 +58,8 @@ class Need:
     first_units: float = 0.0
 
 
-@dataclass(slots=True)
-class Placement:
+@dataclass
+class Placement(Record):
     """Cards chosen for a job, not yet taken."""
 
     chip: str
@@ -69,6 +70,23 @@ class Placement:
     pool: Pool | None = None
     picked: tuple[int, ...] = ()
     mask: int = 0
+
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        chip: str,
+        cards: list[tuple[Pool, int]],
+        template: VnpuTemplate | None = None,
+        pool: Pool | None = None,
+        picked: tuple[int, ...] = (),
+        mask: int = 0,
+    ) -> None:
+        self.chip = chip
+        self.cards = cards
+        self.template = template
+        self.pool = pool
+        self.picked = picked
+        self.mask = mask
 
 
 def need_of(state: ClusterState, job: JobState, cache: dict[tuple, Need]) -> Need:

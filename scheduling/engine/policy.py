@@ -21,7 +21,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from scheduling.engine.durations import format_duration
-from scheduling.engine.frozen import Frozen
+from scheduling.engine.record import Record
 from scheduling.engine.schedules import DAY_NAMES, covers
 
 #: Resource key for all chips, counted in card equivalents.
@@ -36,7 +36,7 @@ def chip_resource(chip_model: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyIssue(Frozen):
+class PolicyIssue(Record):
     """One thing wrong with a policy text, located by its path in the document.
 
     ``line`` (1-based, when known) is for editors that highlight the spot; it is
@@ -67,7 +67,7 @@ class PolicyError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class PriorityClass(Frozen):
+class PriorityClass(Record):
     """One priority class; ``rank`` 0 is the highest (first in the YAML list)."""
 
     name: str
@@ -78,7 +78,7 @@ class PriorityClass(Frozen):
 
 
 @dataclass(frozen=True, slots=True)
-class Quota(Frozen):
+class Quota(Record):
     """A team's limits in force at one moment.
 
     ``guaranteed`` and ``max`` map resource keys (``devices``,
@@ -96,7 +96,7 @@ class Quota(Frozen):
 
 
 @dataclass(frozen=True, slots=True)
-class Schedule(Frozen):
+class Schedule(Record):
     """A time-of-day quota window of one team.
 
     ``days`` holds weekday numbers (0 = Monday) on which the window *starts*;
@@ -124,7 +124,7 @@ class Schedule(Frozen):
 
 
 @dataclass(frozen=True, slots=True)
-class TeamPolicy(Frozen):
+class TeamPolicy(Record):
     name: str
     department: str | None
     shares: float
@@ -133,7 +133,7 @@ class TeamPolicy(Frozen):
 
 
 @dataclass(frozen=True, slots=True)
-class Reservation(Frozen):
+class Reservation(Record):
     """A fraction of healthy devices held for some priority classes.
 
     ``chip_models`` ``None`` means the ratio applies to all chips overall.
@@ -146,7 +146,7 @@ class Reservation(Frozen):
 
 
 @dataclass(frozen=True, slots=True)
-class Ordering(Frozen):
+class Ordering(Record):
     """Multifactor priority weights (Slurm style) and the fair-share clock."""
 
     weight_priority_class: float = 10000.0
@@ -158,7 +158,7 @@ class Ordering(Frozen):
 
 
 @dataclass(frozen=True, slots=True)
-class Policy(Frozen):
+class Policy(Record):
     """A whole parsed policy. Build it with :func:`parse_policy`."""
 
     name: str

@@ -42,6 +42,7 @@ from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
 from scheduling.engine.placement import Need, best_group, lowest_bits
 from scheduling.engine.policy import Policy
 from scheduling.engine.quota import TeamLedger
+from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState, VnpuTemplate
 
 #: Victim searches per tick. Like Kueue, which plans preemption for one queue
@@ -52,8 +53,8 @@ from scheduling.engine.snapshot import JobState, VnpuTemplate
 MAX_SEARCHES_PER_TICK = 8
 
 
-@dataclass(slots=True)
-class Plan:
+@dataclass
+class Plan(Record):
     """Room found for one waiting job."""
 
     chip: str
@@ -63,9 +64,16 @@ class Plan:
     #: When the last job leaving those cards is gone.
     start_at: float
 
+    # Written out, not generated: see record.py.
+    def __init__(self, chip: str, victims: list[tuple[Occupant, str]], devices: list[int], start_at: float) -> None:
+        self.chip = chip
+        self.victims = victims
+        self.devices = devices
+        self.start_at = start_at
 
-@dataclass(slots=True)
-class _Try:
+
+@dataclass
+class _Try(Record):
     """Victims picked so far for one pool (or card), and per-team units released."""
 
     victims: list[Occupant] = field(default_factory=list)
@@ -73,6 +81,19 @@ class _Try:
     extra: set[int] = field(default_factory=set)
     #: Cards of the pool free once the leaving jobs and ``victims`` are gone.
     mask: int = 0
+
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        victims: list[Occupant] | None = None,
+        released: dict[str, float] | None = None,
+        extra: set[int] | None = None,
+        mask: int = 0,
+    ) -> None:
+        self.victims = victims if victims is not None else list()
+        self.released = released if released is not None else dict()
+        self.extra = extra if extra is not None else set()
+        self.mask = mask
 
 
 #: Pool bounds worked out one at a time on a chip before the rest are worked out at once.

@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduling.engine.frozen import Frozen
 from scheduling.engine.policy import Ordering, Policy
+from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState
 
 
 @dataclass(frozen=True, slots=True)
-class Factors(Frozen):
+class Factors(Record):
     """A job's priority factors, each in [0, 1]."""
 
     priority_class: float

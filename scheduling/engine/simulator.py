@@ -36,7 +36,7 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -421,7 +421,7 @@ class FifoBaseline:
         for job in self.queue.values():
             slots = self._place(job)
             if slots is None:
-                out.waiting[job.id] = Wait(job.id, "Resources", "first-come first-served: head of the queue")
+                out.waiting[job.id] = Wait("Resources", "first-come first-served: head of the queue")
                 self.blocked = True
                 break
             out.starts.append(Start(job.id, slots))
@@ -872,7 +872,7 @@ class Simulation:
         from scheduling.engine.estimate import estimate_starts
 
         self.next_estimate = t + self.estimates_every
-        waiting = {k: replace(w) for k, w in decisions.waiting.items()}  # the decisions stay as decided
+        waiting = dict(decisions.waiting)  # the decisions stay as decided (the pass replaces waits, never edits)
         copy = Decisions(decisions.starts, decisions.preemptions, decisions.evictions, waiting, decisions.promises)
         c0 = time.perf_counter()
         estimate_starts(snapshot, copy, ESTIMATE_LIMIT)

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scheduling.engine.frozen import Frozen
 from scheduling.engine.policy import Policy
+from scheduling.engine.record import Record
 
 
-@dataclass(slots=True)
-class DeviceState:
+@dataclass
+class DeviceState(Record):
     """One accelerator chip. ``usable`` folds health, ``schedulable`` and node state."""
 
     id: int
@@ -31,18 +31,50 @@ class DeviceState:
     usable: bool = True
     health: str = "healthy"
 
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        id: int,
+        node: str,
+        index: int,
+        chip_model: str,
+        topology_group: str,
+        hbm_mb: int = 0,
+        ai_cores: int = 0,
+        ai_cpus: int = 0,
+        usable: bool = True,
+        health: str = "healthy",
+    ) -> None:
+        self.id = id
+        self.node = node
+        self.index = index
+        self.chip_model = chip_model
+        self.topology_group = topology_group
+        self.hbm_mb = hbm_mb
+        self.ai_cores = ai_cores
+        self.ai_cpus = ai_cpus
+        self.usable = usable
+        self.health = health
 
-@dataclass(slots=True)
-class NodeState:
+
+@dataclass
+class NodeState(Record):
     name: str
     devices: list[DeviceState]
     #: ``False`` for cordoned, draining or down nodes: running work stays, new work does not come.
     schedulable: bool = True
     state: str = "ready"
 
+    # Written out, not generated: see record.py.
+    def __init__(self, name: str, devices: list[DeviceState], schedulable: bool = True, state: str = "ready") -> None:
+        self.name = name
+        self.devices = devices
+        self.schedulable = schedulable
+        self.state = state
+
 
 @dataclass(frozen=True, slots=True)
-class VnpuTemplate(Frozen):
+class VnpuTemplate(Record):
     """A vNPU slice shape of one chip model (``vir05_1c_8g`` on 910B4, ``vir02`` on 310P3)."""
 
     chip_model: str
@@ -52,16 +84,21 @@ class VnpuTemplate(Frozen):
     ai_cpus: int
 
 
-@dataclass(frozen=True, slots=True)
-class Slot(Frozen):
+@dataclass(frozen=True)
+class Slot(Record):
     """One device given to a job: the whole card, or a vNPU slice of it."""
 
     device_id: int
     vnpu_template: str | None = None
 
+    # Written out, not generated: see record.py.
+    def __init__(self, device_id: int, vnpu_template: str | None = None) -> None:
+        object.__setattr__(self, "device_id", device_id)
+        object.__setattr__(self, "vnpu_template", vnpu_template)
 
-@dataclass(slots=True)
-class JobState:
+
+@dataclass
+class JobState(Record):
     """A pending or running job.
 
     A whole-card job asks for ``num_devices`` cards; a vNPU job has
@@ -87,9 +124,42 @@ class JobState:
     #: once that job no longer waits, ``decide`` calls the preemption off (``Decisions.called_off``).
     preempted_for: int | None = None
 
+    # Written out, not generated: see record.py.
+    def __init__(
+        self,
+        id: int,
+        team: str,
+        user: str,
+        priority_class: str,
+        num_devices: int,
+        submitted_at: float,
+        estimated_duration_s: float,
+        vnpu_template: str | None = None,
+        chip_model: str | None = None,
+        max_duration_s: float | None = None,
+        started_at: float | None = None,
+        slots: tuple[Slot, ...] = (),
+        preempt_deadline: float | None = None,
+        preempted_for: int | None = None,
+    ) -> None:
+        self.id = id
+        self.team = team
+        self.user = user
+        self.priority_class = priority_class
+        self.num_devices = num_devices
+        self.submitted_at = submitted_at
+        self.estimated_duration_s = estimated_duration_s
+        self.vnpu_template = vnpu_template
+        self.chip_model = chip_model
+        self.max_duration_s = max_duration_s
+        self.started_at = started_at
+        self.slots = slots
+        self.preempt_deadline = preempt_deadline
+        self.preempted_for = preempted_for
+
 
 @dataclass(slots=True, frozen=True)
-class RunningDelta(Frozen):
+class RunningDelta(Record):
     """Optional promise from a caller that keeps its job objects: how ``running`` changed.
 
     ``running`` holds the previous snapshot's running jobs (that snapshot carried a
@@ -114,8 +184,8 @@ class RunningDelta(Frozen):
     in_order: bool = False
 
 
-@dataclass(slots=True, frozen=True)
-class Promise(Frozen):
+@dataclass(frozen=True)
+class Promise(Record):
     """Cards a waiting job was promised when jobs were asked to leave for it.
 
     ``until`` is when the last of those jobs must be gone (the plan's expected
@@ -129,6 +199,12 @@ class Promise(Frozen):
     job_id: int
     devices: tuple[int, ...]
     until: float
+
+    # Written out, not generated: see record.py.
+    def __init__(self, job_id: int, devices: tuple[int, ...], until: float) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "devices", devices)
+        object.__setattr__(self, "until", until)
 
 
 @dataclass(slots=True)
@@ -153,22 +229,33 @@ class Snapshot:
     #: (empty at first). ``None``: the caller keeps no promises, and the tick does not hold the
     #: free cards of a plan for its job either (the decisions of an engine without promises).
     promises: Mapping[int, Promise] | None = None
+    #: Optional: the inventory as the caller read it (the database tick passes its node and
+    #: device rows), any value that is equal between two snapshots only if their nodes and
+    #: devices are. The core compares it, instead of reading every device, to find the
+    #: layout it kept from the last tick (``capacity.Layout``); ``None``: it reads the devices.
+    inventory_values: object | None = None
 
 
-# The decisions below are plain (not frozen) slotted dataclasses: a tick builds
-# one ``Wait`` per waiting job, and a frozen dataclass's ``__init__`` (one
-# ``object.__setattr__`` per field) costs several times more. Treat them as values.
+# The decisions below are values. ``Start`` and ``Preemption`` are not frozen (a
+# frozen class's ``__init__`` costs more interpreted); ``Wait`` is, as one is shared
+# by every job that waits for the same reason.
 
 
-@dataclass(slots=True)
-class Start:
+@dataclass
+class Start(Record):
     job_id: int
     slots: tuple[Slot, ...]
     backfilled: bool = False
 
+    # Written out, not generated: see record.py.
+    def __init__(self, job_id: int, slots: tuple[Slot, ...], backfilled: bool = False) -> None:
+        self.job_id = job_id
+        self.slots = slots
+        self.backfilled = backfilled
 
-@dataclass(slots=True)
-class Preemption:
+
+@dataclass
+class Preemption(Record):
     """A running job asked to give its devices back by ``grace_deadline``."""
 
     job_id: int
@@ -176,15 +263,31 @@ class Preemption:
     grace_deadline: float
     for_job: int | None = None
 
+    # Written out, not generated: see record.py.
+    def __init__(self, job_id: int, reason: str, grace_deadline: float, for_job: int | None = None) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        self.grace_deadline = grace_deadline
+        self.for_job = for_job
 
-@dataclass(slots=True)
-class Wait:
-    """Why a pending job did not start. ``reason`` is one of :mod:`reasons`' codes."""
 
-    job_id: int
+@dataclass(frozen=True)
+class Wait(Record):
+    """Why a pending job did not start. ``reason`` is one of :mod:`reasons`' codes.
+
+    A value, keyed by job id in ``Decisions.waiting``: the jobs of a queue's long tail
+    that wait for the same reason share one (a tick of 10,000 jobs makes a handful).
+    """
+
     reason: str
     detail: str = ""
     estimated_start: float | None = None
+
+    # Written out, not generated: see record.py.
+    def __init__(self, reason: str, detail: str = "", estimated_start: float | None = None) -> None:
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "estimated_start", estimated_start)
 
 
 @dataclass(slots=True)

@@ -27,12 +27,12 @@ DECISION_MODULES = (
     "decide",
     "explain",
     "fairshare",
-    "frozen",
     "placement",
     "preemption",
     "priority",
     "quota",
     "reasons",
+    "record",
     "reservations",
 )
 PACKAGE = "_npuportal_ref_engine"

@@ -68,7 +68,7 @@ def canon(out: Decisions) -> dict[str, Any]:
         ],
         "preemptions": [(p.job_id, p.reason, p.grace_deadline, p.for_job) for p in out.preemptions],
         "evictions": list(out.evictions),
-        "waiting": {j: (w.job_id, w.reason, w.detail, w.estimated_start) for j, w in out.waiting.items()},
+        "waiting": {j: (w.reason, w.detail, w.estimated_start) for j, w in out.waiting.items()},
     }
 
 

@@ -448,9 +448,9 @@ def test_the_plan_never_overfills_a_card_and_keeps_the_placement_rules(world) ->
             assert sum(t.memory_mb for t in on) <= dev.hbm_mb
             assert sum(t.ai_cpus for t in on) <= dev.ai_cpus
     # The first job waiting for capacity starts when decide said (its shadow time).
-    first = next((w for w in out.waiting.values() if w.reason == reasons.RESOURCES), None)
-    if first is not None and first.estimated_start is not None and first.job_id in plan:
-        assert plan[first.job_id][0] == first.estimated_start
+    first = next(((j, w) for j, w in out.waiting.items() if w.reason == reasons.RESOURCES), None)
+    if first is not None and first[1].estimated_start is not None and first[0] in plan:
+        assert plan[first[0]][0] == first[1].estimated_start
 
 
 @st.composite

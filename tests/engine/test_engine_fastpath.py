@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from test_engine_properties import worlds
 
 from scheduling import engine
-from scheduling.engine.bench_core import make_synthetic_snapshot, next_tick
+from scheduling.engine.bench_core import clone_snapshot, make_synthetic_snapshot, next_tick
 from scheduling.engine.capacity import Layout, end_of
 from scheduling.engine.decide import Tick, decide
 from scheduling.engine.placement import need_of
@@ -408,6 +408,36 @@ def test_inventory_key_stands_for_the_fingerprint() -> None:
     snap.inventory_key = None
     decide(snap)
     assert Layout._idle[0] is not first and Layout._idle[0].key is None
+
+
+def test_inventory_values_stand_for_the_devices() -> None:
+    """Equal ``inventory_values`` (a database tick's rows) share a layout; a changed device changes them."""
+    snap = make_synthetic_snapshot(60, 6, 8, 0.5, 2, 4)
+    Layout._idle.clear()
+    decide(clone_snapshot(snap))
+    (first,) = Layout._idle
+    assert first.fingerprint is not None and first.fingerprint[0] == "values"
+    decide(clone_snapshot(snap))
+    assert Layout._idle[0] is first  # new objects, equal rows: reused without reading the devices
+    for change in range(3):
+        dev = snap.nodes[change].devices[change]
+        if change == 0:
+            dev.usable = not dev.usable
+        elif change == 1:
+            dev.topology_group = "elsewhere"
+        else:
+            snap.nodes[change].schedulable = False
+        again = clone_snapshot(snap)
+        want = fresh(dataclasses.replace(again, inventory_values=None))
+        Layout._idle[:] = [first]
+        assert canon(decide(again)) == want, f"change {change}"
+        assert Layout._idle[0] is not first  # the rows differ: a new layout
+        first = Layout._idle[0]
+    # A snapshot without values never takes a layout found by them, nor the other way round.
+    bare = clone_snapshot(snap)
+    bare.inventory_values = None
+    decide(bare)
+    assert Layout._idle[0] is not first and Layout._idle[0].fingerprint[0] == "read"
 
 
 @settings(max_examples=200, deadline=None)

@@ -140,7 +140,7 @@ def test_jobs_the_core_never_starts_are_reported_with_its_reason() -> None:
     from scheduling.engine.snapshot import Wait
 
     def refuses(snapshot: Snapshot) -> Decisions:
-        return Decisions(waiting={j.id: Wait(j.id, "Topology") for j in snapshot.pending})
+        return Decisions(waiting={j.id: Wait("Topology") for j in snapshot.pending})
 
     m = run_simulation([row("1", 0, 10, 1)], make_cluster(), make_policy(), decide_fn=refuses)["policy"]
     assert m["jobs"]["never_started"] == 1
