@@ -218,6 +218,8 @@ class Tick:
         self._find_fail: set[tuple[int, str]] = set()
         #: Same for placements that may use a hold's cards (the hold only shrinks too).
         self._hold_fail: set[tuple[int, str]] = set()
+        #: The groups of :meth:`_groups`, each once.
+        self._distinct: list[_Group] = []
         #: Running jobs per chip model by expected end (built on the first shadow time).
         self._base_releases: dict[str, list[Occupant]] = {}
         if snapshot.promises:
@@ -394,7 +396,7 @@ class Tick:
         for (team, user), factor in fair.items():
             fair_of[team][user] = w_fs * factor
         # What is constant per group: its class's term and its job-size term.
-        for group in set(groups):
+        for group in self._distinct:
             group.base = w_class * class_f.get(group.cls, 0.0)
             if size_scale:
                 need = group.need
@@ -472,12 +474,14 @@ class Tick:
         big = max((max(group.need.units.values()) for group in groups.values() if group.need.units), default=0.0)
         for ledger in self.ledgers.values():
             ledger.big = big
+        distinct = self._distinct = list(groups.values())
         promised = self.promised
         if promised:  # a job holding a promise answers for itself: no memo shared with others
             for i, job in enumerate(pending):
                 if job.id in promised:
                     group = out[i] = make(keys[i])
                     group.promise = promised[job.id]
+                    distinct.append(group)
         return out
 
     def run(self, ordered: tuple[list[int], list[_Group]] | None = None) -> Decisions:
