@@ -92,6 +92,27 @@ _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
 
 
+class _Memo:
+    """A wait of steps 4c-4g remembered for the jobs of a group after it (see ``Tick.run``)."""
+
+    __slots__ = ("chips", "epoch", "margin", "taken", "version", "wait")
+
+    def __init__(
+        self, chips: tuple[str, ...], version: int, wait: Wait, epoch: int, taken: float, margin: float
+    ) -> None:
+        #: The chip models admission allowed (the answer holds for the same ones).
+        self.chips = chips
+        #: The free state's version it was worked out at: the answer holds while it stands.
+        self.version = version
+        #: The answer, shared by every job it is given to.
+        self.wait = wait
+        #: ``Tick._epoch`` if the wait is stable (it holds across starts while the epoch stands), else -1.
+        self.epoch = epoch
+        #: ``reservations.taken`` when the reservations were last checked, and the margin found then.
+        self.taken = taken
+        self.margin = margin
+
+
 class _Group:
     """Pending jobs of one team, class and shape: what the tick decides once for all of them."""
 
@@ -126,9 +147,8 @@ class _Group:
         #: The team's max job duration and monthly device-hours, plus the float slack (or ``None``).
         self.max_duration = None if ledger.max_duration is None else ledger.max_duration + EPS
         self.budget = None if ledger.budget is None else ledger.budget + EPS
-        #: Waits of steps 4c-4g by rank (see ``Tick.run``): ``[chips, version, Wait (shared by
-        #: the jobs it answers), stable epoch, reservations.taken when checked, margin then]``.
-        self.memo: dict[int, list] = {}
+        #: Waits of steps 4c-4g by rank (see ``Tick.run``).
+        self.memo: dict[int, _Memo] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
@@ -550,33 +570,33 @@ class Tick:
                 rank = 0
             hit = group.memo.get(rank)
             version = self.version
-            if hit is not None and hit[0] == chips:
-                if hit[1] == version:
-                    waiting[jid] = hit[2]
+            if hit is not None and (hit.chips is chips or hit.chips == chips):
+                if hit.version == version:
+                    waiting[jid] = hit.wait
                     continue
-                if hit[3] == self._epoch:  # a stable wait (see place)
-                    if not reserved or reservations.taken - hit[4] < hit[5]:
-                        waiting[jid] = hit[2]
+                if hit.epoch == self._epoch:  # a stable wait (see place)
+                    if not reserved or reservations.taken - hit.taken < hit.margin:
+                        waiting[jid] = hit.wait
                         continue
                     margin = self._reservations_fit(group.cls, need, chips)
                     if margin is not None:
-                        hit[4] = reservations.taken
-                        hit[5] = margin
-                        waiting[jid] = hit[2]
+                        hit.taken = reservations.taken
+                        hit.margin = margin
+                        waiting[jid] = hit.wait
                         continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
             if outcome is not None:
                 wait = waiting[jid] = Wait(*outcome)
                 if self.version == version:
-                    entry = group.memo[rank] = [
+                    entry = group.memo[rank] = _Memo(
                         chips,
                         version,
                         wait,
                         self._epoch if self._stable else -1,
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
-                    ]
+                    )
                     if self._stable and rank >= 0:
                         # A stable wait did not try the held cards: a longer job of the group (a
                         # higher rank) ends before no more shadow times, so this is its wait too.
