@@ -708,6 +708,29 @@ class Tick:
                 reservations.on_taken(float(took))
         return outcome
 
+    def _promised_cards(self, need: Need, promise: Promise) -> Placement | None:
+        """The promised cards as a placement for ``need``, if they are all free now and are what it asks for."""
+        where = self.state.where
+        spots = [where.get(dev) for dev in promise.devices]
+        if need.template is not None or not spots or len(spots) != need.whole:
+            return None
+        cards: list[tuple[Pool, int]] = []
+        for spot in spots:
+            if spot is None or not spot[0].free >> spot[1] & 1:
+                return None
+            cards.append(spot)
+        chip = cards[0][0].chip
+        if chip not in need.units or any(p.chip != chip for p, _ in cards):
+            return None
+        pool = cards[0][0]
+        if all(p is pool for p, _ in cards):
+            picked = tuple(sorted(i for _, i in cards))
+            mask = 0
+            for i in picked:
+                mask |= 1 << i
+            return Placement(chip, [(pool, i) for i in picked], None, pool, picked, mask)
+        return Placement(chip, cards)
+
     def _promise_due(self, promise: Promise) -> float | None:
         """When the promised cards are all free, if each is free or held only by leaving jobs; else ``None``."""
         state = self.state
@@ -832,6 +855,13 @@ class Tick:
             open_chips = [c for c in chips if c not in blocked or ledger.within_guarantee(c, units[c])]
             if not open_chips:
                 if promise is not None and (due := self._promise_due(promise)) is not None:
+                    # Its own cards are free: they were freed for it and held from every other
+                    # job, the one in front included, so it takes them (else its victims would
+                    # have stopped for nothing, and the cards would idle until the promise lapses).
+                    placement = self._promised_cards(need, promise) if due <= self.now else None
+                    if placement is not None and placement.chip in chips:
+                        self.start(job, ledger, need, placement, backfilled=False)
+                        return None
                     return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
                 if self.may_preempt(job, need, chips):
                     self._stable = False

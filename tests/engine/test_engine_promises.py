@@ -447,3 +447,35 @@ def test_a_called_off_preemption_never_takes_cards_a_promise_counts_on(
             due.setdefault(jid, promise.until)
         snap = _advance(snap, out, 100.0, [])
         snap.running = [j for j in snap.running if j.id not in gone or j.preempt_deadline is not None]
+
+
+def test_a_promised_job_takes_its_freed_cards_though_a_job_in_front_is_blocked() -> None:
+    """Found by the property above: backfill off, team a's 1-card job preempts within its guarantee,
+    then the team's earlier 2-card job starts on cards that came free early, so the 1-card job is no
+    longer within the guarantee when its card comes free, and its other 2-card job blocks the node.
+    Its card was freed for it and held from every other job: it takes it at the deadline."""
+    cl = Cluster().node("n0", devices=4)
+    pol = policy({"a": quota(guaranteed={"devices": 1}), "c": quota()}, backfill=False, grace=GRACE)
+    running = [  # jobs 3 and 4 have run least: the cheapest victims
+        job(i + 1, "c", cls="low", slots=[cl.dev(f"n0/{i}")], started=-61 if i < 2 else -60, est=86400.0)
+        for i in range(4)
+    ]
+    asks = [job(500 + k, "a", n, "normal", submitted=-100 + k, est=86400.0) for k, n in enumerate((2, 2, 1))]
+    snap = snapshot(pol, cl, asks, running)
+    snap.promises = {}
+    out = decide(snap)
+    assert [(p.job_id, p.for_job) for p in out.preemptions] == [(3, 502)]
+    assert out.promises[502].devices == (cl.dev("n0/2"),)
+    for _ in range(2):
+        snap = _advance(snap, out, 100.0, [])
+        out = decide(snap)
+    snap.running = [j for j in snap.running if j.id not in (1, 2)]  # ended early
+    snap = _advance(snap, out, 100.0, [])
+    out = decide(snap)  # the deadline: job 3 leaves
+    assert out.evictions == [3]
+    assert {s.job_id: [x.device_id for x in s.slots] for s in out.starts} == {
+        500: [cl.dev("n0/0"), cl.dev("n0/1")],
+        502: [cl.dev("n0/2")],
+    }
+    assert out.waiting[501].reason == reasons.RESOURCES
+    assert 502 not in out.promises
