@@ -736,19 +736,13 @@ class ClusterState:
                 for occ in diff[1]:
                     _card_jobs_drop(cj, occ)
                 for occ in diff[2]:
-                    jid = occ.job.id
-                    for pool, i, _ in occ.cards:
-                        cj.setdefault(pool.ids[i], []).append(jid)
+                    _card_jobs_add(cj, occ)
                 for occ in self._started:
-                    jid = occ.job.id
-                    for pool, i, _ in occ.cards:
-                        cj.setdefault(pool.ids[i], []).append(jid)
+                    _card_jobs_add(cj, occ)
                 return cj
             cj = self._card_jobs = {}
-            add = cj.setdefault
-            for jid, occ in self.occupants.items():
-                for pool, i, _ in occ.cards:
-                    add(pool.ids[i], []).append(jid)
+            for occ in self.occupants.values():
+                _card_jobs_add(cj, occ)
         return cj
 
     def add_occupant(self, occ: Occupant, sliced: bool | None = None) -> None:
@@ -760,13 +754,7 @@ class ClusterState:
             self.has_slices = True
         cj = self._card_jobs
         if cj is not None:
-            for pool, i, _ in occ.cards:
-                dev = pool.ids[i]
-                jobs = cj.get(dev)
-                if jobs is None:
-                    cj[dev] = [jid]
-                else:
-                    jobs.append(jid)
+            _card_jobs_add(cj, occ)
 
     def occupy(
         self,
@@ -1183,6 +1171,7 @@ class ClusterState:
                 occupants[job.id] = occ
                 continue
             cards: list[tuple[Pool, int, VnpuTemplate | None]] = []
+            mine: list[int] | None = None  # the job's list in ``cj``, shared by its cards
             units = usable_units = 0.0
             chip_name = job.chip_model
             located: str | None = None
@@ -1197,12 +1186,14 @@ class ClusterState:
                 pool, keep, usable, card = info
                 chip_name = located = pool.chip
                 pool.free &= keep
-                if cj is not None:
+                if cj is not None:  # (see _card_jobs_add)
                     on_card = cj.get(slot.device_id)
                     if on_card is None:
-                        cj[slot.device_id] = [job.id]
+                        if mine is None:
+                            mine = [job.id]
+                        cj[slot.device_id] = mine
                     else:
-                        on_card.append(job.id)
+                        cj[slot.device_id] = [*on_card, job.id]
                 tmpl = None
                 if slot.vnpu_template is not None:
                     whole = False
@@ -1332,15 +1323,37 @@ class ClusterState:
         self._rebucket_slice(chip, pool, i, old_left)
 
 
+def _card_jobs_add(cj: dict[int, list[int]], occ: Occupant) -> None:
+    """Put ``occ``'s job on its cards in a ``card_jobs`` map.
+
+    The lists of the map are never changed in place, only replaced: so the cards a
+    job has to itself share one list (a whole-card job of 8 cards makes one, not 8;
+    a tick's 10,000 such lists were a tenth of its allocations).
+    """
+    jid = occ.job.id
+    mine: list[int] | None = None
+    for pool, i, _ in occ.cards:
+        dev = pool.ids[i]
+        jobs = cj.get(dev)
+        if jobs is None:
+            if mine is None:
+                mine = [jid]
+            cj[dev] = mine
+        else:
+            cj[dev] = [*jobs, jid]
+
+
 def _card_jobs_drop(cj: dict[int, list[int]], occ: Occupant) -> None:
-    """Take ``occ``'s job off its cards in a ``card_jobs`` map."""
+    """Take ``occ``'s job off its cards in a ``card_jobs`` map (replacing lists, see :func:`_card_jobs_add`)."""
     jid = occ.job.id
     for pool, i, _ in occ.cards:
         dev = pool.ids[i]
         jobs = cj.get(dev)
         if jobs is not None and jid in jobs:
-            jobs.remove(jid)
-            if not jobs:
+            rest = [j for j in jobs if j != jid]
+            if rest:
+                cj[dev] = rest
+            else:
                 del cj[dev]
 
 

@@ -999,14 +999,17 @@ class Tick:
         state.occupants[jid] = occ
         state._started.append(occ)
         cj = state._card_jobs
-        if cj is not None:
+        if cj is not None:  # (see capacity._card_jobs_add)
             ids = pool.ids
+            mine: list[int] | None = None
             for i in placement.picked:
                 on = cj.get(ids[i])
                 if on is None:
-                    cj[ids[i]] = [jid]
+                    if mine is None:
+                        mine = [jid]
+                    cj[ids[i]] = mine
                 else:
-                    on.append(jid)
+                    cj[ids[i]] = [*on, jid]
         self._changed.append(occ)
         if self._preemptor is not None:
             self._preemptor.version += 1
