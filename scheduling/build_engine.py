@@ -39,7 +39,9 @@ def build(force: bool = False, quiet: bool = False) -> Path:
     """Compile the engine unless a build of these sources exists; returns its folder."""
     env = dict(os.environ, NPUPORTAL_ENGINE="python")
     sys_env = os.environ.get("NPUPORTAL_ENGINE")
-    os.environ["NPUPORTAL_ENGINE"] = "python"  # importing the package must not pick up a build
+    # Import the package as plain Python: under NPUPORTAL_ENGINE=compiled (CI) it would refuse to
+    # import before the build it is about to get exists.
+    os.environ["NPUPORTAL_ENGINE"] = "python"
     try:
         from scheduling import engine
     finally:
