@@ -19,6 +19,11 @@ test: setup browser ## set up and run the whole suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 	@# The decision core once more as plain Python (the suite above ran the compiled build, if any).
 	NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -n 2 $(PYTEST_ARGS)
+	@# The date-sensitive tests (marked clock) again at each fixed instant of tests/clock.py.
+	@$(PY) -c "from tests.clock import INSTANTS; print(*INSTANTS, sep=chr(10))" | while IFS= read -r at; do \
+	  echo "== tests marked clock at $$at"; \
+	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) || exit 1; \
+	done
 
 setup: $(STAMP) engine migrate
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from devices.models import Device, Node, VnpuTemplate
@@ -74,8 +75,11 @@ def _ring(spec: NodeSpec, index: int) -> str:
 
 
 @transaction.atomic
-def seed(*, with_agents: bool = True) -> dict[str, str]:
-    """Create whatever of the demo is missing; returns new passwords (empty if none were made)."""
+def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[str, str]:
+    """Create whatever of the demo is missing; returns new passwords (empty if none were made).
+
+    ``policy_text`` replaces the demo policy's YAML (the tests seed it on other clocks).
+    """
     agent_dir = settings.VAR_DIR / "agents"
     agent_dir.mkdir(parents=True, exist_ok=True)
     agents = []
@@ -144,19 +148,31 @@ def seed(*, with_agents: bool = True) -> dict[str, str]:
 
     if not Policy.objects.exists():
         create_version(
-            DEMO_POLICY.read_text(), author=User.objects.get(username="admin"), comment="demo policy", activate=True
+            policy_text or DEMO_POLICY.read_text(), author=User.objects.get(username="admin"), comment="demo policy", activate=True
         )
-    if not Job.objects.exists():
-        _history(teams)
-    from quotas.accounting.demo import seed_chargeback
+    from quotas.accounting.demo import last_month_history, seed_chargeback
 
+    if not Job.objects.exists():
+        now = timezone.now()
+        # Last month first, then the recent jobs on cards that last month's left free: on the
+        # 1st of a month "30 hours ago" is last month, and a card holds one job at a time.
+        last_month_history(now)
+        _history(teams, now)
     seed_chargeback()  # a rate card, last month's usage, and last month's closed statements
     return passwords
 
 
-def _history(teams: dict[str, Team]) -> None:
-    """A few finished jobs so usage, fair share and the job list have something to show."""
-    now = timezone.now()
+def _free_from(devices: list[Device]) -> datetime | None:
+    """When the last allocation already on ``devices`` ends (None: they never ran anything)."""
+    return Allocation.objects.filter(device__in=devices).aggregate(latest=Max("end"))["latest"]
+
+
+def _history(teams: dict[str, Team], now: datetime) -> None:
+    """A few finished jobs of the last hours, so usage, fair share and the job list have something to show.
+
+    Each starts ``hours_ago`` before now, or later when its cards were still busy with last
+    month's history then; a job with no room left before now is left out.
+    """
     b4 = list(Device.objects.filter(chip_model="910B4").order_by("node__name", "index"))
     a = list(Device.objects.filter(chip_model="910A").order_by("index"))
     past = [
@@ -168,9 +184,16 @@ def _history(teams: dict[str, Team]) -> None:
     ]
     for team, name, devices, hours_ago, hours, state, code, pclass in past:
         lead = Membership.objects.get(team=teams[team], role=Membership.Role.LEAD).user
-        submitted = now - timedelta(hours=hours_ago, minutes=5)
         start = now - timedelta(hours=hours_ago)
-        end = start + timedelta(hours=hours) if devices else submitted + timedelta(minutes=10)
+        busy_until = _free_from(devices) if devices else None
+        if busy_until is not None and busy_until + timedelta(minutes=5) > start:
+            start = busy_until + timedelta(minutes=5)
+        submitted = start - timedelta(minutes=5)
+        end = (
+            min(start + timedelta(hours=hours), now - timedelta(minutes=1)) if devices else start + timedelta(minutes=5)
+        )
+        if devices and end - start < timedelta(minutes=10):
+            continue
         job = Job.objects.create(
             team=teams[team],
             submitter=lead,

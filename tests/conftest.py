@@ -12,6 +12,7 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests import clock
 from tests.browser import PHASE_REPORTS
 
 requires_postgres = pytest.mark.skipif(
@@ -19,6 +20,35 @@ requires_postgres = pytest.mark.skipif(
     reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)",
 )
 requires_redis = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis: set REDIS_URL (CI does)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the clock at ``NPUPORTAL_TEST_CLOCK`` when it is set (see tests/clock.py)."""
+    found = clock.pinned()
+    if found is not None:
+        import time_machine
+
+        traveller = time_machine.travel(found[0], tick=True)
+        traveller.start()
+        config.add_cleanup(traveller.stop)
+
+
+@pytest.fixture(autouse=True)
+def _pinned_clock() -> Iterator[None]:
+    """With ``NPUPORTAL_TEST_CLOCK``, every test starts at that instant (the clock ticks on within it)."""
+    found = clock.pinned()
+    if found is None:
+        yield
+        return
+    import time_machine
+
+    with time_machine.travel(found[0], tick=True):
+        yield
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    found = clock.pinned()
+    return f"clock pinned at {found[0].isoformat()} ({found[1]})" if found else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -77,9 +107,9 @@ def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-unty
 @pytest.fixture
 def demo(db):
     """The demo site without agents: nodes, devices, templates, teams, users, policy, history."""
-    from scheduling.demo import seed
+    from scheduling.demo import DEMO_POLICY, seed
 
-    seed(with_agents=False)
+    seed(with_agents=False, policy_text=clock.demo_policy_text(DEMO_POLICY.read_text()))
     return True
 
 

@@ -13,7 +13,7 @@ from quotas.services import active_policy
 from scheduling.models import Allocation, Job
 from scheduling.services.usage import UsageError, devices_in_use, month_of, team_usage
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 

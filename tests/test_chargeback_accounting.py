@@ -21,7 +21,7 @@ from scheduling.models import Allocation, Job
 from scheduling.services.jobs import finish_job, requeue_job
 from tests.test_chargeback_harness import at, lines_of, make_card, total_of, world  # noqa: F401 - world is a fixture
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 def test_a_job_across_midnight_of_the_1st_is_charged_to_both_months(world) -> None:  # noqa: F811

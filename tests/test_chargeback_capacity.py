@@ -15,7 +15,7 @@ from quotas.accounting.statements import close_month, compute_month
 from quotas.models import RateCard, Statement
 from tests.test_chargeback_harness import at, build_world, lines_of, total_of
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 def _usage(world) -> None:

@@ -27,7 +27,7 @@ from quotas.models import (
 from scheduling.services.usage import month_of
 from tests.test_chargeback_harness import at, lines_of, total_of, world  # noqa: F401 - world is a fixture
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from itertools import pairwise
 
 import pytest
 
@@ -10,7 +11,7 @@ from quotas.accounting.statements import compute_month, previous_month
 from quotas.models import RateCard, Statement, UsageRecord
 from scheduling.models import Job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 def test_the_demo_closes_last_month_with_the_default_rate_card(demo) -> None:
@@ -61,3 +62,32 @@ def test_seeding_again_changes_nothing(demo) -> None:
         Statement.objects.count(),
         RateCard.objects.count(),
     ) == counts
+
+
+def test_the_demo_history_is_coherent_whenever_it_is_seeded(demo) -> None:
+    """Whatever the day and hour: one job per card at a time, nothing in the future, every team in both months."""
+    from django.utils import timezone
+
+    from quotas.models import Team
+    from quotas.services import active_policy
+    from scheduling.models import Allocation
+    from scheduling.services.usage import month_of, team_usage
+
+    now = timezone.now()
+    by_device: dict[int, list[tuple[object, object]]] = {}
+    for device_id, start, end in Allocation.objects.values_list("device_id", "start", "end"):
+        assert end is not None and start < end <= now
+        by_device.setdefault(device_id, []).append((start, end))
+    for spans in by_device.values():
+        spans.sort()
+        for (_, first_end), (second_start, _) in pairwise(spans):
+            assert first_end <= second_start, "two demo jobs on one card at once"
+    for job in Job.objects.exclude(started_at=None):
+        assert job.submitted_at <= job.started_at <= job.ended_at <= now
+    policy = active_policy().policy
+    last = previous_month(now)
+    for team in Team.objects.all():
+        assert team_usage(team, policy, month=last, now=now).total_device_hours > 0, team.name
+    # This month, on the policy's clock, has usage as soon as it has begun (a job ran across midnight).
+    this = month_of(policy, now)
+    assert Allocation.objects.filter(end__gt=this.start).exists()

@@ -11,7 +11,7 @@ from devices.models import Device, Node, VnpuTemplate
 from quotas.models import Membership, Policy, Team
 from scheduling.models import Job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 def test_seed_demo_builds_the_documented_cluster_and_is_idempotent() -> None:

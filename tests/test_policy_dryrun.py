@@ -14,7 +14,7 @@ from scheduling.engine.policy import parse_policy
 from scheduling.engine.simulator import run_simulation
 from tests.test_policy_commands import DEMO, run, write
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 def _recorded_load(api, user_factory) -> None:

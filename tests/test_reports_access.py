@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 from quotas.accounting.statements import close_month
 from tests.test_chargeback_harness import at, world  # noqa: F401 - world is a fixture
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 @pytest.fixture

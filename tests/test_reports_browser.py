@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 from quotas.accounting.statements import previous_month
 from tests.browser import login, page, requires_chromium  # noqa: F401 - page is a fixture
 
-pytestmark = [requires_chromium, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [requires_chromium, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.clock]
 
 
 def test_a_lead_sees_their_charts_and_no_other_team(demo, user_factory, page) -> None:  # noqa: F811

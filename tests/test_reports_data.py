@@ -13,7 +13,7 @@ from quotas.accounting.reports import report_data
 from quotas.accounting.statements import close_month
 from tests.test_chargeback_harness import at, build_world, world  # noqa: F401 - world is a fixture
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 def test_device_hours_are_cut_at_the_policy_clocks_midnights(world) -> None:  # noqa: F811

@@ -12,7 +12,7 @@ from quotas.models import Statement
 from tests.browser import CHROMIUM
 from tests.test_chargeback_harness import at, world  # noqa: F401 - world is a fixture
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 
 @pytest.fixture

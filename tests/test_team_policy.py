@@ -24,6 +24,8 @@ from quotas.team_policy import (
 )
 from scheduling.engine.policy import Quota, parse_policy, semantic_diff
 
+pytestmark = pytest.mark.clock
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = (ROOT / "examples" / "policies" / "demo.yaml").read_text()
 

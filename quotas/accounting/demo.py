@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.utils import timezone
@@ -58,13 +58,20 @@ def seed_chargeback(now: datetime | None = None) -> None:
         default_rate_card(last.start.date())
     if is_closed(label):
         return
-    if not Job.objects.filter(started_at__gte=last.start, started_at__lt=last.end).exists():
-        _last_month_history(last.start, last.end, now)
+    last_month_history(now)
     record_closed_allocations(policy=policy)
     try:
         close_month(label, now=now)
     except ChargebackError as exc:  # e.g. an admin's rate card lacks a chip: the demo goes on without it
         log.warning("demo: could not close %s: %s", label, exc)
+
+
+def last_month_history(now: datetime) -> None:
+    """Last month's jobs, unless that month already has some (a site seeded earlier has its own past)."""
+    policy = active_policy().policy
+    last = month_of(policy, now, previous_month(now))
+    if not Job.objects.filter(started_at__gte=last.start, started_at__lt=last.end).exists():
+        _last_month_history(last.start, last.end, now)
 
 
 def _last_month_history(start: datetime, end: datetime, now: datetime) -> None:
@@ -82,6 +89,8 @@ def _last_month_history(start: datetime, end: datetime, now: datetime) -> None:
     if len(b4) < 16 or len(a) < 8 or not p3 or vir02 is None:
         return
     share = vir02.ai_cores / max(1, p3[0].ai_cores)
+    # Arithmetic in UTC: hours added to a time on a zone's clock skip or repeat across a DST change.
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
     rng = random.Random(start.strftime("%Y-%m"))
     # team, job name, devices, classes to pick from, vNPU template
     plans = [

@@ -17,6 +17,8 @@ from scheduling.engine.policy import (
     week_grid,
 )
 
+pytestmark = pytest.mark.clock
+
 
 def make(schedules: str, tz: str = "UTC", base: str = "{guaranteed: {devices: 2}, max: {devices: 10}}") -> Policy:
     return parse_policy(
