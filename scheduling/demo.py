@@ -148,7 +148,10 @@ def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[st
 
     if not Policy.objects.exists():
         create_version(
-            policy_text or DEMO_POLICY.read_text(), author=User.objects.get(username="admin"), comment="demo policy", activate=True
+            policy_text or DEMO_POLICY.read_text(),
+            author=User.objects.get(username="admin"),
+            comment="demo policy",
+            activate=True,
         )
     from quotas.accounting.demo import last_month_history, seed_chargeback
 
