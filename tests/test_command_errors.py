@@ -208,9 +208,15 @@ def manage_runs(tmp_path_factory) -> dict[str, tuple[int, str, str, dict[str, st
             text=True,
         )
     results = {}
-    for name, child in children.items():
-        out, err = child.communicate(timeout=180)
-        results[name] = (child.returncode, out, err, fill)
+    try:
+        for name, child in children.items():
+            out, err = child.communicate(timeout=180)
+            results[name] = (child.returncode, out, err, fill)
+    finally:
+        for child in children.values():  # none is left running when one hung
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     return results
 
 
