@@ -1,11 +1,9 @@
 #!/usr/bin/env python
-"""Django's command-line entry point."""
+"""Django's command-line entry point (see :mod:`npuportal.commandline` for its exit codes)."""
 
-import os
 import sys
 
 if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "npuportal.settings")
-    from django.core.management import execute_from_command_line
+    from npuportal.commandline import main
 
-    execute_from_command_line(sys.argv)
+    sys.exit(main(sys.argv))

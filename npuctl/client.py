@@ -7,6 +7,7 @@ Every failure becomes one of three exceptions, each mapped to an exit code by
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -75,7 +76,11 @@ class Client:
             status = exc.code
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError):
+                reason = f"no answer within {self.timeout:g} s (--timeout)"
             raise Unreachable(f"cannot reach {self.url}: {reason}") from exc
+        except http.client.HTTPException as exc:  # not HTTP at all, or a connection cut mid-answer
+            raise Unreachable(f"{self.url} did not answer as an HTTP server ({type(exc).__name__})") from exc
         return self._decode(status, raw)
 
     def _decode(self, status: int, raw: bytes) -> Any:

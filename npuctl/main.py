@@ -1,8 +1,10 @@
 """``npuctl``: submit and watch jobs, see quotas, nodes and usage, manage the policy.
 
 Exit codes (a contract with scripts):
-  0 ok · 1 the API refused (bad input, not found) · 2 usage error ·
-  3 cannot reach the server, or a server error · 4 not signed in / not allowed.
+  0 ok · 1 the API refused (bad input, not found) · 2 usage error (a bad option, ``--url``, ``--timeout``
+  or ``$NPUPORTAL_URL``, a file that cannot be read or is not UTF-8) · 3 cannot reach the server, or a
+  server error · 4 not signed in / not allowed · 130 interrupted (Ctrl-C) · 141 the reader of stdout
+  went away (``npuctl queue | head``), as for a program stopped by SIGPIPE.
 
 Human tables by default; ``--json`` prints the API's JSON as it came.
 """
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +27,9 @@ from npuctl.durations import format_duration, parse_duration
 from npuctl.tables import table, when
 
 OK, REFUSED, USAGE, UNREACHABLE, AUTH = 0, 1, 2, 3, 4
+INTERRUPTED, BROKEN_PIPE = 130, 141
+#: The longest ``--timeout`` taken: a socket cannot wait for ever (``inf`` overflows the OS's clock).
+MAX_TIMEOUT_S = 86400.0
 ACTIVE_STATES = ["pending", "running"]
 STATES = ["pending", "running", "completed", "failed", "cancelled", "preempted"]
 _VERSION_REF = re.compile(r"^(v?\d+|active)$")
@@ -61,6 +68,44 @@ def _job_id(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a number, as `npuctl queue` shows)")
     return int(text)
+
+
+def check_url(text: str) -> str:
+    """``text`` if it is an http(s) URL with a host (and a valid port), else ``ValueError`` saying why.
+
+    Checked before any request, so ``--url not-a-url`` is a usage error and not urllib's traceback.
+    """
+    shape = f"{text!r} is not a server URL like http://127.0.0.1:8000 (http or https, and a host)"
+    try:
+        parts = urllib.parse.urlsplit(text.strip())
+    except ValueError:
+        raise ValueError(shape) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(shape)
+    try:
+        port = parts.port  # raises ValueError when not a number or out of range
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
+    return text.strip()
+
+
+def _url(text: str) -> str:
+    try:
+        return check_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds")
+    return value
 
 
 def _month(text: str) -> str:
@@ -344,12 +389,29 @@ def cmd_usage(api: Client, args: argparse.Namespace) -> int:
     return OK
 
 
+def read_text_file(path: str, what: str = "policy file") -> str:
+    """The file's text; ``ValueError`` naming the file when it cannot be read or is not UTF-8.
+
+    Read as bytes and decoded here, so the message can say which byte is wrong and where.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
 def _read(path: str) -> str:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise _UsageError(f"cannot read {path}: {exc.strerror}") from exc
+        return read_text_file(path)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from exc
 
 
 def _print_issues(issues: list[dict[str, Any]]) -> None:
@@ -400,7 +462,7 @@ def cmd_policy_apply(api: Client, args: argparse.Namespace) -> int:
         _out(table(("TEAM", "DEVICE-HOURS", "WAIT P50 (S)", "WAIT P95 (S)", "PREEMPTIONS"), rows))
         _out("dry run: nothing was stored")
         return OK
-    if not args.comment:
+    if not (args.comment or "").strip():
         raise _UsageError("apply needs --comment saying why (it is kept in the history); or use --dry-run")
     try:
         created = api.post("policies/", {"yaml": text, "comment": args.comment})
@@ -457,22 +519,34 @@ class _UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors are one line (``npuctl submit: error: ...``) rather than the usage too.
+
+    ``npuctl COMMAND --help`` still prints the usage; an error names the option and the reason only.
+    """
+
+    def error(self, message: str) -> Any:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 class _Refusal(Exception):
     pass
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="npuctl",
         description="Command line of npuportal. Reads NPUPORTAL_URL (default http://127.0.0.1:8000) "
         "and NPUPORTAL_TOKEN (an API token: make one with POST /api/v1/tokens/ or in the console).",
         epilog="exit codes: 0 ok, 1 refused by the API, 2 usage error, 3 server unreachable or failing, "
-        "4 not signed in or not allowed",
+        "4 not signed in or not allowed, 130 interrupted, 141 stdout closed early (e.g. | head)",
     )
     parser.add_argument("--version", action="version", version=f"npuctl {__version__}")
-    parser.add_argument("--url", help="server URL (default $NPUPORTAL_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--url", type=_url, help="server URL (default $NPUPORTAL_URL or http://127.0.0.1:8000)")
     parser.add_argument("--token", help="API token (default $NPUPORTAL_TOKEN)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the server (default 30)")
+    parser.add_argument(
+        "--timeout", type=_timeout, default=30.0, help="seconds to wait for the server, more than 0 (default 30)"
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -542,6 +616,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every failure is one line on stderr and an exit code (see the module's docstring)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a reader that went away shows here, not at exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so Python's flush at exit does not fail a second time (Python's recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (e.g. captured)
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -549,6 +645,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else USAGE
     if getattr(args, "argv", None) and args.argv[0] == "--":
         args.argv = args.argv[1:]
+    if args.url is None and os.environ.get("NPUPORTAL_URL"):
+        try:
+            check_url(os.environ["NPUPORTAL_URL"])
+        except ValueError as exc:
+            _err(f"NPUPORTAL_URL: {exc}")
+            return USAGE
     api = Client(args.url, args.token, timeout=args.timeout)
     try:
         return args.handler(api, args)
@@ -567,8 +669,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Unreachable as exc:
         _err(str(exc))
         return UNREACHABLE
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":

@@ -8,17 +8,32 @@ Celery over the filesystem transport under ``var/``. ``DATABASE_URL`` and
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 import secrets
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+
+class BadSetting(ImproperlyConfigured, ValueError):
+    """An environment variable with a value it cannot take; ``str()`` names the variable, the value and why.
+
+    ``manage.py`` prints it as one line (exit 78) instead of a traceback; it is a
+    ``ValueError`` too, as these errors were before.
+    """
+
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("NPUPORTAL_VAR_DIR", BASE_DIR / "var")).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+try:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+except OSError as _exc:
+    raise BadSetting(f"NPUPORTAL_VAR_DIR={str(VAR_DIR)!r}: cannot create it ({_exc.strerror or _exc})") from None
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -37,9 +52,9 @@ def _env_number(name: str, default: float, *, whole: bool = False, minimum: floa
         value: float = int(text) if whole else float(text)
     except ValueError:
         kind = "a whole number" if whole else "a number"
-        raise ValueError(f"{name}={text!r}: expected {kind}") from None
+        raise BadSetting(f"{name}={text!r}: expected {kind}") from None
     if not math.isfinite(value) or value < minimum:
-        raise ValueError(f"{name}={text!r}: expected a number of at least {minimum:g}")
+        raise BadSetting(f"{name}={text!r}: expected a number of at least {minimum:g}")
     return value
 
 
@@ -112,7 +127,13 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'npuportal.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+except ValueError:  # an unknown scheme, a bad port; the URL is not repeated: it may hold a password
+    _scheme = DATABASE_URL.partition("://")[0] if "://" in DATABASE_URL else ""
+    raise BadSetting(
+        f"DATABASE_URL: not a database URL like postgres://user@host:5432/name or sqlite:///path (scheme {_scheme!r})"
+    ) from None
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE makes every transaction take SQLite's write lock up front, so two
     # ticks in two processes queue up instead of failing half way through.
@@ -131,7 +152,11 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC").strip() or "UTC"
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+    raise BadSetting(f"TIME_ZONE={TIME_ZONE!r}: not a time zone name like UTC or Asia/Shanghai") from None
 USE_I18N = True
 USE_TZ = True
 
@@ -232,7 +257,7 @@ def _throttle_rate(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip() or default
     count, _, period = value.partition("/")
     if not count.isdigit() or not period or period[0] not in "smhd":
-        raise ValueError(f"{name}={value!r}: expected requests per period, like 600/min, 20/s or 10000/hour")
+        raise BadSetting(f"{name}={value!r}: expected requests per period, like 600/min, 20/s or 10000/hour")
     return value
 
 
@@ -271,11 +296,15 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").strip().upper() or "INFO"
+if not isinstance(logging.getLevelName(LOG_LEVEL), int):
+    raise BadSetting(f"LOG_LEVEL={LOG_LEVEL!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

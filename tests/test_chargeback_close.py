@@ -137,6 +137,14 @@ def test_adjust_and_export_refuse_what_is_not_there(world) -> None:  # noqa: F81
     assert run("adjust", "--team", "alpha", "--month", "2025-03", "--amount", "5.001", "--reason", "x")[0] == 2
     assert run("adjust", "--team", "alpha", "--month", "2025-03", "--amount", "abc", "--reason", "x")[0] == 2
     assert run("adjust", "--team", "alpha", "--month", "2025-03", "--amount", "5", "--reason", " ")[0] == 2
+    # The amount and the total must fit the columns (14 digits, 2 after the point), checked before rounding.
+    code, _, err = run("adjust", "--team", "alpha", "--month", "2025-03", "--amount", "1e30", "--reason", "x")
+    assert code == 2 and "at most 12 digits before the point" in err
+    most = ("adjust", "--team", "alpha", "--month", "2025-03", "--amount", "999999999999.99", "--reason", "x")
+    assert run(*most)[0] == 0
+    lines = StatementLine.objects.count()
+    code, _, err = run(*most)
+    assert code == 2 and "would make the statement's total" in err and StatementLine.objects.count() == lines
     assert run("export", "--month", "2025-04")[0] == 1  # not closed
     assert run("export", "--month", "2025-03", "--team", "nobody")[0] == 2
     # From the command line, argparse's own errors (a missing option, a bad --format) exit 2 as well.

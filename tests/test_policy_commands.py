@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 from io import StringIO
 from pathlib import Path
@@ -64,13 +65,39 @@ def test_apply_stores_a_new_active_version_and_audits_it(demo, tmp_path, user_fa
 
 
 def test_apply_of_an_invalid_file_changes_nothing(demo, tmp_path) -> None:
-    code, out, _ = run("apply", write(tmp_path, DEMO.replace("ratio: 0.25", "ratio: 1.5")))
+    bad = write(tmp_path, DEMO.replace("ratio: 0.25", "ratio: 1.5"))
+    code, out, _ = run("apply", bad, "--comment", "tighter", "--author", "admin")
     assert code == 1 and "ratio" in out
     assert Policy.objects.count() == 1 and Policy.objects.get(is_active=True).version == 1
 
 
+def test_apply_needs_a_comment_and_an_admin_as_author(demo, tmp_path, user_factory) -> None:
+    """As through the API and the console: a version says why, and which admin applied it."""
+    changed = write(tmp_path, DEMO.replace("shares: 20", "shares: 30"))
+    user_factory("lead-x", team="research", role="lead")
+    for args, says in [
+        ((), "--comment: say why"),
+        (("--comment", "   "), "--comment: say why"),
+        (("--comment", "x" * 501), "--comment: at most 500 characters (this one has 501)"),
+        (("-m", "why", "--author", "nobody"), "--author: no portal user 'nobody'"),
+        (("-m", "why", "--author", "lead-x"), "--author: 'lead-x' is not an active admin (staff) of the portal"),
+    ]:
+        code, _, err = run("apply", changed, *args)
+        assert code == 2 and err.strip().startswith(says), (args, err)
+    assert Policy.objects.count() == 1
+    login = getpass.getuser()
+    code, _, err = run("apply", changed, "-m", "why")  # no --author, and no portal user named as the login
+    assert code == 2 and f"no portal user is named {login!r}, your login" in err and Policy.objects.count() == 1
+    user_factory(login, staff=True)  # now there is: the version is theirs
+    code, out, _ = run("apply", changed, "-m", " research to 30 ")
+    assert code == 0, out
+    active = Policy.objects.get(is_active=True)
+    assert (active.version, active.author.username, active.comment) == (2, login, "research to 30")
+
+
 def test_history_export_diff_and_rollback(demo, tmp_path) -> None:
-    run("apply", write(tmp_path, DEMO.replace("gracePeriod: 30s", "gracePeriod: 90s")), "--comment", "longer grace")
+    run("apply", write(tmp_path, DEMO.replace("gracePeriod: 30s", "gracePeriod: 90s")), "--comment", "longer grace",
+        "--author", "admin")  # fmt: skip
     code, out, _ = run("history")
     assert code == 0 and "longer grace" in out and "demo policy" in out
     code, out, _ = run("export", "--version", "1")
@@ -110,7 +137,7 @@ def test_a_changed_policy_takes_effect_at_the_next_tick(demo, tmp_path, api, use
         "guaranteed: {devices: 4}\n        max: {devices: 12}", "guaranteed: {devices: 2}\n        max: {devices: 2}"
     )
     assert tight != DEMO
-    assert run("apply", write(tmp_path, tight))[0] == 0
+    assert run("apply", write(tmp_path, tight), "-m", "research at 2", "--author", "admin")[0] == 0
     run_tick()
     assert TickRecord.objects.first().policy_version == 2
     waiting = Job.objects.get(name="j1", team__name="research")

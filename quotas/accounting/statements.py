@@ -530,13 +530,34 @@ def _store(bill: MonthBill, now: datetime) -> list[Statement]:
     return statements
 
 
+def _money_limits(model: type, field: str) -> tuple[int, int]:
+    """(decimal places, digits before the point) a money column holds, from the model's field."""
+    column = model._meta.get_field(field)
+    return column.decimal_places, column.max_digits - column.decimal_places
+
+
 def parse_amount(text: str) -> Decimal:
+    """An adjustment amount as the statement line's column can hold it, else why not (naming ``amount``).
+
+    Its size is checked before anything is rounded: ``1e30`` would overflow ``Decimal``'s
+    context in ``quantize`` (a traceback before) and the column in the database.
+    """
+    places, whole = _money_limits(StatementLine, "amount")
     try:
         amount = Decimal(str(text).strip())
     except (InvalidOperation, ValueError) as exc:
         raise ChargebackUsageError(f"amount: {text!r} is not a number like -120.50") from exc
-    if not amount.is_finite() or amount != amount.quantize(Decimal("0.01")) or amount == 0 or abs(amount) >= 10**11:
-        raise ChargebackUsageError(f"amount: {text!r} must be a non-zero amount with at most 2 decimals")
+    if not amount.is_finite():
+        raise ChargebackUsageError(f"amount: {text!r} is not a number like -120.50")
+    if amount == 0:
+        raise ChargebackUsageError(f"amount: {text!r} must not be zero")
+    if amount.adjusted() >= whole:
+        raise ChargebackUsageError(
+            f"amount: {text!r} is too large: at most {whole} digits before the point "
+            f"(up to {Decimal(10) ** whole - Decimal(1).scaleb(-places)})"
+        )
+    if amount != amount.quantize(Decimal(1).scaleb(-places)):
+        raise ChargebackUsageError(f"amount: {text!r} has more than {places} decimals")
     return amount
 
 
@@ -569,6 +590,13 @@ def adjust(
             description=reason[:300],
             actor=actor if getattr(actor, "pk", None) else None,
         )
+        total = statement.lines_total() + line.amount
+        _, whole = _money_limits(Statement, "total")
+        if abs(total).adjusted() >= whole:  # checked before the line is written: a refusal stores nothing
+            raise ChargebackUsageError(
+                f"amount: {str(amount)!r} would make the statement's total {total}, "
+                f"more than its {whole} digits before the point hold"
+            )
         line.save()
         statement.total = statement.lines_total()
         statement.save(update_fields=["total"])

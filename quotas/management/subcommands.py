@@ -9,9 +9,26 @@ turns it into the process's status.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand
+
+
+def read_text_file(path: str, what: str) -> str:
+    """The UTF-8 text of ``path``; ``ValueError`` naming ``what`` and the file when it cannot be read or decoded.
+
+    Read as bytes and decoded here, so the message can say which byte is not UTF-8 and where.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = f"byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        raise ValueError(f"{what} {path} is not UTF-8 text ({bad})") from None
 
 
 class Exit(Exception):

@@ -66,11 +66,15 @@ def build_dir(digest: str | None = None) -> Path:
     return BUILD_ROOT / (digest or source_digest())
 
 
+class EngineChoiceError(ImportError):
+    """``NPUPORTAL_ENGINE`` asks for what cannot be had; ``manage.py`` prints it as one line (exit 78)."""
+
+
 def _use_build() -> str:
     """Put the build of these sources, if any, in front of the package's own files."""
     choice = os.environ.get("NPUPORTAL_ENGINE", "auto").strip().lower() or "auto"
     if choice not in ("auto", "python", "compiled"):
-        raise ImportError(f"NPUPORTAL_ENGINE={choice!r}: expected auto, python or compiled")
+        raise EngineChoiceError(f"NPUPORTAL_ENGINE={choice!r}: expected auto, python or compiled")
     if choice == "python":
         return "python"
     folder = build_dir()
@@ -78,7 +82,7 @@ def _use_build() -> str:
     complete = all((folder / "scheduling" / "engine" / f"{name}{suffix}").exists() for name in COMPILED)
     if not complete:
         if choice == "compiled":
-            raise ImportError(
+            raise EngineChoiceError(
                 f"NPUPORTAL_ENGINE=compiled but no build of these sources in {folder} "
                 "(run: python -m scheduling.build_engine)"
             )

@@ -1,20 +1,22 @@
 """``manage.py policy``: validate, apply, export, history, diff, rollback, effective.
 
 Exit codes are a contract with scripts: 0 ok, 1 invalid policy (or a refused
-change), 2 usage error (bad arguments, unknown version, unreadable file).
+change), 2 usage error (bad arguments, unknown version, a file that cannot be
+read or is not UTF-8, ``apply`` without ``--comment`` or an author); see
+:mod:`npuportal.commandline` for those of every command (3 database, 78 settings).
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from quotas.management.subcommands import Exit, SubcommandCommand
+from quotas.management.subcommands import Exit, SubcommandCommand, read_text_file
 from quotas.models import Policy, Team
 from quotas.services import activate_version, active_policy, cluster_facts, create_version
 from scheduling.engine.policy import (
@@ -43,8 +45,12 @@ class Command(SubcommandCommand):
         p.add_argument("--json", action="store_true")
         p = sub.add_parser("apply", help="store a policy file as a new version and activate it")
         p.add_argument("file")
-        p.add_argument("--comment", default="")
-        p.add_argument("--author", default=None, help="username recorded as the author")
+        p.add_argument("--comment", "-m", default="", help="why (required unless --dry-run; kept in the history)")
+        p.add_argument(
+            "--author",
+            default=None,
+            help="the admin (portal username) recorded as the author; default: the portal user named as your login",
+        )
         p.add_argument("--dry-run", action="store_true", help="simulate current vs candidate; store nothing")
         p.add_argument("--days", type=int, default=7, help="dry run: replay this many days of recorded jobs")
         p.add_argument("--trace", default=None, help="dry run: replay this trace CSV instead of recorded jobs")
@@ -67,9 +73,9 @@ class Command(SubcommandCommand):
 
     def _read(self, path: str) -> str:
         try:
-            return Path(path).read_text()
-        except OSError as exc:
-            raise self._fail(f"cannot read {path}: {exc.strerror}", USAGE) from exc
+            return read_text_file(path, "policy file")
+        except ValueError as exc:
+            raise self._fail(str(exc), USAGE) from exc
 
     def _version(self, number: int) -> Policy:
         record = Policy.objects.filter(version=number).first()
@@ -96,6 +102,46 @@ class Command(SubcommandCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise self._fail(f"--author: no user {username!r}", USAGE)
+        return user
+
+    def _comment(self, text: str) -> str:
+        """The comment an applied version keeps, as the API and the console require it: not blank, 500 at most."""
+        comment = (text or "").strip()
+        if not comment:
+            raise self._fail("--comment: say why you change the policy (it is kept in the history)", USAGE)
+        limit = Policy._meta.get_field("comment").max_length
+        if limit is not None and len(comment) > limit:
+            raise self._fail(f"--comment: at most {limit} characters (this one has {len(comment)})", USAGE)
+        return comment
+
+    def _author(self, username: str | None) -> Any:
+        """The admin recorded as the author: ``--author``, else the portal user named as the OS login.
+
+        Every version has an author, as it does through the API and the console (the
+        signed-in admin); an author who is not an admin there could not have applied it.
+        """
+        from django.contrib.auth import get_user_model
+
+        users = get_user_model().objects
+        if username:
+            user = users.filter(username=username).first()
+            if user is None:
+                raise self._fail(f"--author: no portal user {username!r}", USAGE)
+        else:
+            try:
+                login = getpass.getuser()
+            except (OSError, KeyError):  # no login name (a container's user without a passwd entry)
+                login = ""
+            user = users.filter(username=login).first() if login else None
+            if user is None:
+                raise self._fail(
+                    f"--author: name the admin applying this (no portal user is named {login!r}, your login)"
+                    if login
+                    else "--author: name the admin applying this (your login name is unknown)",
+                    USAGE,
+                )
+        if not (user.is_active and user.is_staff):
+            raise self._fail(f"--author: {user.username!r} is not an active admin (staff) of the portal", USAGE)
         return user
 
     def _report(self, issues: list[Any], as_json: bool) -> int:
@@ -132,6 +178,8 @@ class Command(SubcommandCommand):
 
     def do_apply(self, opts: dict[str, Any]) -> None:
         text = self._read(opts["file"])
+        if not opts["dry_run"]:  # checked before anything else: a refused apply stores nothing
+            comment, author = self._comment(opts["comment"]), self._author(opts["author"])
         chips, capacity = cluster_facts()
         candidate, issues = load_policy(text, chip_models=chips or None, capacity=capacity if chips else None)
         if candidate is None:
@@ -154,7 +202,7 @@ class Command(SubcommandCommand):
                 self.stdout.write("dry run: nothing was stored")
             raise Exit(OK)
         try:
-            record = create_version(text, author=self._user(opts["author"]), comment=opts["comment"])
+            record = create_version(text, author=author, comment=comment)
         except PolicyError as exc:
             self._report(exc.issues, opts["json"])
             raise Exit(INVALID) from exc
