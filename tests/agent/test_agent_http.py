@@ -723,7 +723,7 @@ def test_output_beyond_the_cap_is_dropped_with_a_line_saying_so(agents: Callable
     agent = agents("--max-log-bytes", "2048")
     agent.launch("loud", "i=0; while [ $i -lt 500 ]; do echo line-$i; i=$((i+1)); done; echo done", [0])
     agent.wait_state("loud", "succeeded")
-    status, log = agent.call("GET", "/v1/jobs/loud/log")
+    _, log = agent.call("GET", "/v1/jobs/loud/log")
     assert log["data"].startswith("line-0\nline-1\n")
     assert log["data"].endswith("[npuportal: output beyond 2048 bytes was dropped]\n")
     assert log["size"] < 2048 + 100
