@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sys
+import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +26,11 @@ from npuctl import __version__
 from npuctl.client import AuthFailed, Client, Refused, Unreachable
 from npuctl.durations import format_duration, parse_duration
 from npuctl.tables import table, when
+
+#: Seconds between two asks of ``logs --follow`` when nothing new came.
+FOLLOW_INTERVAL_S = 1.0
+#: The server's bound of ``--tail`` (scheduling.services.output.MAX_TAIL_LINES).
+MAX_TAIL_LINES = 10000
 
 OK, REFUSED, USAGE, UNREACHABLE, AUTH = 0, 1, 2, 3, 4
 INTERRUPTED, BROKEN_PIPE = 130, 141
@@ -62,6 +68,12 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
+
+
+def _tail_lines(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_TAIL_LINES:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from 0 to {MAX_TAIL_LINES}")
+    return int(text)
 
 
 def _job_id(text: str) -> int:
@@ -303,6 +315,38 @@ def _number(value: Any) -> str:
     if value is None:
         return "-"
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def cmd_logs(api: Client, args: argparse.Namespace) -> int:
+    """Print a job's output; with ``--follow``, keep printing until the run ends (like ``kubectl logs -f``)."""
+    params: dict[str, object] = {}
+    if args.attempt:
+        params["attempt"] = args.attempt
+    if args.node:
+        params["node"] = args.node
+    query = {**params, "tail": args.tail} if args.tail is not None else {**params, "offset": 0}
+    while True:
+        try:
+            chunk = api.get(f"jobs/{args.job}/log/", params=query)
+        except Refused as exc:
+            if exc.status == 404:
+                raise _Refusal(f"job {args.job}: not found (or not your team's)") from exc
+            raise
+        if args.json:
+            _json(chunk)
+        elif chunk["data"]:
+            sys.stdout.write(chunk["data"])
+            sys.stdout.flush()
+        if chunk.get("note") and not args.json:
+            _err(f"job {args.job}: {chunk['note']}")
+        if chunk["complete"] or not args.follow:
+            return OK
+        if chunk["next_offset"] == query.get("offset"):
+            time.sleep(FOLLOW_INTERVAL_S)  # nothing new yet
+        # Keep to the run being followed: a requeued job's next run is a new attempt.
+        query = {**params, "attempt": chunk["attempt"] or "", "offset": chunk["next_offset"]}
+        if not query["attempt"]:
+            del query["attempt"]
 
 
 def cmd_quota(api: Client, args: argparse.Namespace) -> int:
@@ -581,6 +625,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("show", cmd_show, "one job: details, events and allocations")
     p.add_argument("job", type=_job_id, metavar="JOB")
+
+    p = command("logs", cmd_logs, "a job's output; --follow prints more as it comes, like kubectl logs -f")
+    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--tail", type=_tail_lines, metavar="N", help="start with the last N lines")
+    p.add_argument("--attempt", type=_positive, metavar="K", help="an earlier run (1: the first start)")
+    p.add_argument("--node", metavar="NAME", help="one node of a multi-node run (default: its first)")
 
     p = command("quota", cmd_quota, "your team's quota in force now and what it uses")
     p.add_argument("--team")

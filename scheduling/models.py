@@ -170,3 +170,31 @@ class TickRecord(models.Model):
 
     def __str__(self) -> str:
         return f"tick {self.started_at:%Y-%m-%d %H:%M:%S} ({self.starts} starts)"
+
+
+class JobOutput(models.Model):
+    """The end of one run's output on one node, kept when the run ended.
+
+    The agent holds each run's whole output while it keeps the run (``--keep-finished-days``); this
+    copy answers once the node is gone or has forgotten it. ``offset`` is the byte offset in the
+    run's log where ``data`` begins, so offsets read from the agent and from here agree.
+    """
+
+    #: How much of a run's output is kept here (its last bytes, cut at a line start).
+    KEPT_BYTES = 64 * 1024
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="outputs")
+    attempt = models.PositiveIntegerField()
+    node = models.CharField(max_length=200)
+    offset = models.PositiveBigIntegerField(default=0)
+    size = models.PositiveBigIntegerField(default=0, help_text="Bytes of the whole log on the node")
+    data = models.TextField(blank=True)
+    saved_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "node"], name="joboutput_job_attempt_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} run {self.attempt} on {self.node}"

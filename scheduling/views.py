@@ -79,7 +79,6 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "events": job.events.all(),
             "reason": reason_text(job.pending_reason) if job.pending_reason else "",
             "explain": _explain(job),
-            "output": _output_tail(job),
         },
     )
 
@@ -226,21 +225,6 @@ def _explain(job: Job) -> dict[str, object] | None:
         return explain(snapshot, job.pk)
     except KeyError:
         return None
-
-
-def _output_tail(job: Job) -> list[str] | None:
-    """Last lines of the job's output from its agent (None when no agent can be asked)."""
-    from devices.services.agent_client import AgentClient, AgentError
-
-    alloc = job.allocations.select_related("device__node").order_by("-start").first()
-    if alloc is None or not alloc.device.node.agent_url:
-        return None
-    agent_id = getattr(job, "agent_job_id", "") or str(job.pk)
-    try:
-        record = AgentClient(alloc.device.node, timeout=2).job(agent_id)
-    except AgentError:
-        return None
-    return list(record.get("output_tail") or []) if isinstance(record, dict) else None
 
 
 @login_required

@@ -23,7 +23,7 @@ from typing import IO
 from devices.agent import AGENT_VERSION
 from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
 from devices.agent.http_api import AgentContext, AgentServer
-from devices.agent.jobs import JobManager
+from devices.agent.jobs import DEFAULT_MAX_LOG_BYTES, JobManager
 from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
 
 BACKENDS = ("npu-smi", "nvidia-smi", "sim")
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kill-grace", type=float, default=10.0, help="default seconds between SIGTERM and SIGKILL")
     parser.add_argument(
         "--keep-finished-days", type=float, default=14.0, help="forget finished jobs after this long (0: never)"
+    )
+    parser.add_argument(
+        "--max-log-bytes",
+        type=int,
+        default=DEFAULT_MAX_LOG_BYTES,
+        help="cap of one job attempt's output file; beyond it output is dropped, with a line saying so (64 MiB)",
     )
     sim = parser.add_argument_group("simulated backend (--backend sim)")
     sim.add_argument("--sim-chip", help=f"chip model to simulate: {', '.join(SIM_CHIPS)} (default 910B4)")
@@ -136,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("--kill-grace", args.kill_grace), ("--keep-finished-days", args.keep_finished_days)):
         if not 0 <= value < float("inf"):
             parser.error(f"{flag} must be a non-negative number")
+    if args.max_log_bytes < 1024:
+        parser.error("--max-log-bytes must be at least 1024")
     token = _read_token(parser, args.token_file)
     try:
         args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -152,7 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"npuportal-agent: error: another agent is already using {args.state_dir}", file=sys.stderr)
         return 1
     keep = args.keep_finished_days * 86400 if args.keep_finished_days > 0 else None
-    jobs = JobManager(args.state_dir, backend, default_grace_s=args.kill_grace, keep_finished_s=keep)
+    jobs = JobManager(
+        args.state_dir,
+        backend,
+        default_grace_s=args.kill_grace,
+        keep_finished_s=keep,
+        max_log_bytes=args.max_log_bytes,
+    )
     jobs.load()
     for warning in jobs.warnings:
         print(f"npuportal-agent: warning: {warning}", file=sys.stderr)

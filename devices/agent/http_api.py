@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from devices.agent import AGENT_VERSION
 from devices.agent.backends import Backend
 from devices.agent.errors import ApiError
-from devices.agent.jobs import JobManager, parse_grace, parse_stop_reason, utc_iso
+from devices.agent.jobs import MAX_TAIL_LINES, JobManager, parse_grace, parse_stop_reason, utc_iso
 from devices.agent.sim import SimBackend
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -210,10 +210,28 @@ class AgentHandler(BaseHTTPRequestHandler):
             grace = parse_grace(query.get("grace", [None])[-1], ctx.jobs.default_grace_s)
             reason = parse_stop_reason(query.get("reason", [None])[-1])
             return 200, ctx.jobs.stop(parts[2], grace, reason)
+        if len(parts) == 4 and parts[:2] == ["v1", "jobs"] and parts[3] == "log":
+            allow("GET")
+            offset = _query_int(query, "offset", maximum=2**62)
+            tail = _query_int(query, "tail", maximum=MAX_TAIL_LINES)
+            if offset is not None and tail is not None:
+                raise ApiError(400, "give offset or tail, not both", "tail")
+            return 200, ctx.jobs.log(parts[2], offset=offset, tail=tail)
         if parts == ["v1", "sim", "faults"] and isinstance(ctx.backend, SimBackend):
             allow("POST")
             return 200, ctx.backend.inject_fault(_json(body))
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {url.path}")
+
+
+def _query_int(query: dict[str, list[str]], name: str, *, maximum: int) -> int | None:
+    """A whole number 0..``maximum`` from the query string, or None when absent; a 400 naming it otherwise."""
+    values = query.get(name)
+    if not values:
+        return None
+    raw = values[-1]
+    if not raw.isdigit() or int(raw) > maximum:
+        raise ApiError(400, f"{name} must be a whole number from 0 to {maximum}, not {raw[:40]!r}", name)
+    return int(raw)
 
 
 def _json(body: bytes) -> Any:

@@ -43,6 +43,12 @@ RESERVED_ENV = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NPUPORTAL_
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TAIL_BYTES = 64 * 1024
+#: Default cap of one job attempt's log file (``--max-log-bytes``); output beyond it is dropped, with a line saying so.
+DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
+#: At most this much log text in one answer of ``GET /v1/jobs/<id>/log`` (the caller asks again from ``next_offset``).
+LOG_CHUNK_BYTES = 256 * 1024
+#: ``?tail=N`` answers at most this many lines.
+MAX_TAIL_LINES = 10000
 _MONITOR_INTERVAL_S = 0.1
 
 
@@ -266,6 +272,56 @@ def read_tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
     return out[-lines:]
 
 
+def _utf8_boundary(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    end = len(data)
+    for back in range(1, min(4, end) + 1):
+        byte = data[end - back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: look further back for the lead byte
+        if byte & 0x80 == 0:
+            return end  # ASCII: nothing is cut
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4
+        return end if back >= need else end - back
+    return end
+
+
+def read_log(path: Path, *, offset: int | None = None, tail: int | None = None) -> dict[str, Any]:
+    """A byte range of a job log: ``offset`` onwards (at most :data:`LOG_CHUNK_BYTES`), or its last ``tail`` lines.
+
+    ``offset``/``next_offset`` are byte offsets in the file, so a follower asks again from
+    ``next_offset`` and never sees a line twice; a chunk never ends inside a UTF-8 character.
+    A log that does not exist (the command has not written yet) reads as empty.
+    """
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if tail is not None:
+                start = max(0, size - _TAIL_BYTES * 4)
+                fh.seek(start)
+                data = fh.read(size - start)
+                lines = data.splitlines(keepends=True)
+                if start > 0 and lines:
+                    lines = lines[1:]  # the first line is probably cut
+                kept = lines[-tail:] if tail > 0 else []
+                chunk = b"".join(kept)
+                begin = size - len(chunk)
+            else:
+                begin = min(offset or 0, size)
+                fh.seek(begin)
+                chunk = fh.read(min(LOG_CHUNK_BYTES, size - begin))
+                if begin + len(chunk) < size:
+                    chunk = chunk[: _utf8_boundary(chunk)]
+    except FileNotFoundError:
+        size, begin, chunk = 0, 0, b""
+    return {
+        "offset": begin,
+        "next_offset": begin + len(chunk),
+        "size": size,
+        "data": chunk.decode("utf-8", errors="replace"),
+    }
+
+
 def _describe_exit(code: int) -> str | None:
     if code == 0:
         return None
@@ -292,12 +348,14 @@ class JobManager:
         *,
         default_grace_s: float = 10.0,
         keep_finished_s: float | None = 14 * 24 * 3600.0,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         self.jobs_dir = state_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs may hold secrets
         self.backend = backend
         self.default_grace_s = default_grace_s
         self.keep_finished_s = keep_finished_s
+        self.max_log_bytes = max_log_bytes
         self._jobs: dict[str, Job] = {}
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.RLock()
@@ -404,6 +462,22 @@ class JobManager:
             raise ApiError(404, f"no job {raw_id!r} on this node")
         return self.describe(raw_id)
 
+    def log(self, raw_id: str, *, offset: int | None = None, tail: int | None = None) -> dict[str, Any]:
+        """A range of the job's output (see :func:`read_log`), and whether it is all there is (``complete``)."""
+        if not _JOB_ID_RE.fullmatch(raw_id):
+            raise ApiError(404, f"no job {raw_id!r} on this node")
+        with self._lock:
+            job = self._jobs.get(raw_id)
+            if job is None:
+                raise ApiError(404, f"no job {raw_id} on this node")
+            ended = job.state not in RUNNING_STATES
+        answer = read_log(self.log_path(raw_id), offset=offset, tail=tail)
+        answer["job_id"] = job.job_id_raw
+        answer["state"] = job.state
+        # Read after the state: a job that had ended before its log was read has nothing more to write.
+        answer["complete"] = ended and answer["next_offset"] >= answer["size"]
+        return answer
+
     def list_jobs(self) -> list[dict[str, Any]]:
         with self._lock:
             ids = sorted(self._jobs, key=lambda j: self._jobs[j].started_ts)
@@ -465,7 +539,8 @@ class JobManager:
         env.update(request.env)
         env.update(plan_env)
         env["NPUPORTAL_JOB_ID"] = job_id
-        argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file), request.command]
+        argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file)]
+        argv += ["--max-output-bytes", str(self.max_log_bytes), request.command]
         try:
             log_fd = os.open(self.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: owner-only

@@ -89,6 +89,16 @@ class AgentClient:
         """One job record, or ``None`` when the agent does not know the id."""
         return self._call("GET", f"/v1/jobs/{quote(str(agent_job_id), safe='')}")
 
+    def log(
+        self, agent_job_id: str | int, *, offset: int | None = None, tail: int | None = None
+    ) -> dict[str, Any] | None:
+        """A range of one run's output (``GET /v1/jobs/<id>/log``), or ``None`` when the agent does not know it."""
+        query = f"?tail={tail}" if tail is not None else f"?offset={offset or 0}"
+        body = self._call("GET", f"/v1/jobs/{quote(str(agent_job_id), safe='')}/log{query}")
+        if body is not None and not (isinstance(body, dict) and isinstance(body.get("data"), str)):
+            raise AgentError("GET /v1/jobs/<id>/log: answer has no data")
+        return body
+
     def launch(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Start a job; the agent answers 200 with the existing record when the id is known."""
         return self._call("POST", "/v1/jobs", json=payload, ok=(200, 201))

@@ -215,6 +215,10 @@ def poll_all() -> PollSummary:
         except Exception:
             log.exception("applying the poll of node %s failed", node.name)
     act(actions, summary)
+    if summary.finished or summary.requeued:
+        from scheduling.services.output import keep_outputs
+
+        keep_outputs(summary.finished + summary.requeued)  # after the locks: these are agent calls
     return summary
 
 

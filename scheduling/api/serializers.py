@@ -146,3 +146,20 @@ class JobSubmitSerializer(serializers.Serializer):
     array = serializers.IntegerField(
         min_value=1, max_value=1000, required=False, help_text="Submit this many copies, like Slurm's --array=0-(N-1)"
     )
+
+
+class JobOutputSerializer(serializers.Serializer):
+    """One answer of ``GET /api/v1/jobs/{id}/log/`` (documentation only: the service builds the dict)."""
+
+    offset = serializers.IntegerField(help_text="byte offset in the run's log where data begins")
+    next_offset = serializers.IntegerField(help_text="ask again from here to continue")
+    data = serializers.CharField(allow_blank=True, help_text="the output, UTF-8 (undecodable bytes as U+FFFD)")
+    complete = serializers.BooleanField(help_text="the run has ended and this reaches the end of its output")
+    note = serializers.CharField(allow_null=True, help_text="why output is missing or comes from the kept copy")
+    attempt = serializers.IntegerField(allow_null=True, help_text="which run (1: the first start)")
+    attempts = serializers.IntegerField(help_text="how many runs the job has had")
+    node = serializers.CharField(allow_null=True, help_text="which node's output this is")
+    nodes = serializers.ListField(child=serializers.CharField(), help_text="the nodes of this run")
+    source = serializers.ChoiceField(
+        ["agent", "saved", "none"], help_text="read from the node, the kept copy, or nothing"
+    )

@@ -14,7 +14,7 @@ from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied as DRFPermissionDenied
@@ -28,12 +28,14 @@ from quotas.api.serializers import json_safe
 from quotas.models import Team
 from scheduling.api.serializers import (
     JobDetailSerializer,
+    JobOutputSerializer,
     JobSerializer,
     JobSubmitSerializer,
     job_representation,
 )
 from scheduling.models import Job
 from scheduling.services import jobs as job_service
+from scheduling.services import output as output_service
 
 
 def visible_jobs(user: object) -> QuerySet[Job]:
@@ -217,6 +219,38 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(JobSerializer(copy).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
+        summary="The job's output: a byte range of one run on one node, or its last lines",
+        description=(
+            "Follow a running job by asking again from `next_offset` until `complete` is true. "
+            "`?tail=N` gives the last N lines instead; `?attempt=K` an earlier run (1 is the first start); "
+            "`?node=NAME` one node of a multi-node run (default: its first). The end of each run's output "
+            "is kept when it ends, so it stays readable after the node is gone."
+        ),
+        parameters=[
+            OpenApiParameter("offset", int, description="byte offset to continue from (0: the start)"),
+            OpenApiParameter("tail", int, description=f"the last N lines, 0 to {output_service.MAX_TAIL_LINES}"),
+            OpenApiParameter("attempt", int, description="which run, 1 for the first start (default: the latest)"),
+            OpenApiParameter("node", str, description="which node of the run (default: its first)"),
+        ],
+        responses={200: JobOutputSerializer, **error_responses(400, 401, 404)},
+    )
+    @action(detail=True, methods=["get"], filterset_class=None)
+    def log(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        query = request.query_params
+        try:
+            answer = output_service.read_output(
+                job,
+                offset=_whole(query, "offset", 2**62),
+                tail=_whole(query, "tail", output_service.MAX_TAIL_LINES),
+                attempt=_whole(query, "attempt", 10**6, least=1),
+                node=query.get("node") or None,
+            )
+        except output_service.OutputError as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        return Response(answer)
+
+    @extend_schema(
         summary="Why this job is where it is in the queue: its priority breakdown",
         responses={200: OpenApiTypes.OBJECT, **error_responses(400, 401, 404, 501)},
     )
@@ -237,6 +271,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         except KeyError as exc:  # it ended between the two reads
             raise ValidationError({"state": ["job is no longer pending or running"]}) from exc
         return Response(json_safe(breakdown))
+
+
+def _whole(query: Any, name: str, maximum: int, least: int = 0) -> int | None:
+    """A whole number ``least``..``maximum`` from the query string, None when absent; a 400 naming it otherwise."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or not least <= int(raw) <= maximum:
+        raise ValidationError({name: [f"must be a whole number from {least} to {maximum}, not {raw[:40]!r}"]})
+    return int(raw)
 
 
 def _explainer() -> Callable[..., Any] | None:

@@ -686,3 +686,45 @@ def test_agent_package_imports_only_the_standard_library() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_log_serves_byte_ranges_while_the_job_runs_and_after(agent: Agent) -> None:
+    """A follower asks from ``next_offset`` and sees each line once, stdout and stderr in order."""
+    agent.launch("follow-1", "echo one; echo two >&2; sleep 1; echo 'trois é'; sleep 0.3", [0])
+    status, first = agent.call("GET", "/v1/jobs/follow-1/log")
+    assert status == 200 and first["offset"] == 0
+    seen = first["data"]
+    offset = first["next_offset"]
+    while True:
+        status, more = agent.call("GET", f"/v1/jobs/follow-1/log?offset={offset}")
+        assert status == 200 and more["offset"] == offset
+        seen += more["data"]
+        offset = more["next_offset"]
+        if more["complete"]:
+            break
+        time.sleep(0.1)
+    assert seen == "one\ntwo\ntrois é\n"
+    assert offset == len(seen.encode())
+    assert not first["complete"] and more["state"] == "succeeded"
+    status, tail = agent.call("GET", "/v1/jobs/follow-1/log?tail=2")
+    assert tail["data"] == "two\ntrois é\n" and tail["next_offset"] == offset
+    assert tail["offset"] == len(b"one\n")
+
+
+def test_log_refuses_bad_parameters_and_unknown_jobs(idle_agent: Agent) -> None:
+    for query, field in (("offset=-1", "offset"), ("offset=x", "offset"), ("tail=99999999", "tail")):
+        status, body = idle_agent.call("GET", f"/v1/jobs/nope/log?{query}")
+        assert status == 400 and body["field"] == field, body
+    status, body = idle_agent.call("GET", "/v1/jobs/nope/log")
+    assert status == 404
+
+
+def test_output_beyond_the_cap_is_dropped_with_a_line_saying_so(agents: Callable[..., Agent]) -> None:
+    agent = agents("--max-log-bytes", "2048")
+    agent.launch("loud", "i=0; while [ $i -lt 500 ]; do echo line-$i; i=$((i+1)); done; echo done", [0])
+    agent.wait_state("loud", "succeeded")
+    _, log = agent.call("GET", "/v1/jobs/loud/log")
+    assert log["data"].startswith("line-0\nline-1\n")
+    assert log["data"].endswith("[npuportal: output beyond 2048 bytes was dropped]\n")
+    assert log["size"] < 2048 + 100
+    assert log["complete"]

@@ -1,0 +1,176 @@
+"""A job's output: read from the node's agent while it has it, and from the copy kept when a run ended.
+
+Each start of a job is a *run* (``attempt`` 1, 2, …, the ``<job>.<attempt>`` ids of the agents) on one
+or more nodes. The agent writes each run's stdout and stderr, interleaved, to one file per node and
+serves byte ranges of it; when a run ends the poll keeps its last :attr:`JobOutput.KEPT_BYTES` here,
+so the output outlives the node. Offsets are byte offsets of the node's file either way: a follower
+(the job page, ``npuctl logs -f``) asks again from ``next_offset`` and never sees a byte twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from devices.models import Node
+from devices.services.agent_client import AgentClient, AgentError
+from scheduling.models import Allocation, Job, JobOutput
+
+log = logging.getLogger(__name__)
+
+#: ``?tail=N`` answers at most this many lines (the agent's own bound too).
+MAX_TAIL_LINES = 10000
+
+
+class OutputError(ValueError):
+    """A question about output that has no answer; ``field`` names the parameter (a 400)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Run:
+    attempt: int
+    nodes: tuple[str, ...]  # by name, the first server first
+
+
+def runs_of(job: Job) -> list[Run]:
+    """Every start of ``job`` in order, with the nodes it ran on (from its allocations)."""
+    starts: dict[object, set[str]] = {}
+    for start, node in Allocation.objects.filter(job=job).order_by("start").values_list("start", "device__node__name"):
+        starts.setdefault(start, set()).add(node)
+    return [Run(i, tuple(sorted(nodes))) for i, nodes in enumerate(starts.values(), start=1)]
+
+
+def run_id(job_id: int, attempt: int) -> str:
+    """The id the agents know a run by (``devices.services.polling.agent_job_id``)."""
+    return f"{job_id}.{attempt}"
+
+
+def read_output(
+    job: Job,
+    *,
+    offset: int | None = None,
+    tail: int | None = None,
+    attempt: int | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """``{"offset", "next_offset", "data", "complete", ...}`` of one run on one node (default: the latest, the first).
+
+    ``complete`` is true once the run has ended and the answer reaches the end of what it wrote
+    (or nothing more can be had): a follower stops there.
+    """
+    if offset is not None and tail is not None:
+        raise OutputError("tail", "give offset or tail, not both")
+    runs = runs_of(job)
+    if not runs:
+        if attempt is not None:
+            raise OutputError("attempt", f"job {job.pk} has not started yet, so it has no runs")
+        start = offset or 0
+        return _answer(start, start, "", job.is_final, attempt=None, attempts=0, node=None, nodes=[], source="none")
+    if attempt is None:
+        attempt = len(runs)
+    elif not 1 <= attempt <= len(runs):
+        raise OutputError("attempt", f"job {job.pk} has runs 1 to {len(runs)}, not {attempt}")
+    run = runs[attempt - 1]
+    if node is None:
+        node = run.nodes[0]
+    elif node not in run.nodes:
+        raise OutputError("node", f"run {attempt} of job {job.pk} ran on {', '.join(run.nodes)}, not {node!r}")
+    ended = attempt < len(runs) or job.state != Job.State.RUNNING
+    where = {"attempt": attempt, "attempts": len(runs), "node": node, "nodes": list(run.nodes)}
+    saved = JobOutput.objects.filter(job=job, attempt=attempt, node=node).first()
+    if saved is not None and (tail is not None or offset is None or offset >= saved.offset):
+        return _from_saved(saved, offset, tail, where)
+    client = _agent(node)
+    try:
+        found = client.log(run_id(job.pk, attempt), offset=offset, tail=tail) if client else None
+        note = None if found is not None else f"node {node} no longer has this run's output"
+    except AgentError as exc:
+        found, note = None, f"node {node} did not answer ({exc})"
+    if found is not None:
+        if found.get("complete") and saved is None:
+            keep_output(job.pk, attempt, node)
+        complete = bool(found.get("complete")) or (ended and found.get("state") in (None, "lost"))
+        return _answer(
+            int(found["offset"]), int(found["next_offset"]), found["data"], complete, source="agent", **where
+        )
+    if saved is not None:
+        answer = _from_saved(saved, None, None, where)
+        answer["note"] = f"{note}; the end of its output is kept from byte {saved.offset}"
+        return answer
+    start = offset or 0
+    return _answer(start, start, "", ended, source="none", note=note, **where)
+
+
+def _agent(name: str) -> AgentClient | None:
+    node = Node.objects.filter(name=name).exclude(agent_url="").first()
+    return AgentClient(node) if node is not None else None
+
+
+def _answer(offset: int, next_offset: int, data: str, complete: bool, **extra: Any) -> dict[str, Any]:
+    return {"offset": offset, "next_offset": next_offset, "data": data, "complete": complete, "note": None, **extra}
+
+
+def _from_saved(saved: JobOutput, offset: int | None, tail: int | None, where: dict[str, Any]) -> dict[str, Any]:
+    raw = saved.data.encode()
+    end = saved.offset + len(raw)
+    if tail is not None:
+        lines = raw.splitlines(keepends=True)
+        chunk = b"".join(lines[-tail:]) if tail > 0 else b""
+        begin = end - len(chunk)
+    else:
+        begin = min(max(offset or saved.offset, saved.offset), end)
+        chunk = raw[begin - saved.offset :]
+    return _answer(begin, end, chunk.decode("utf-8", errors="replace"), True, source="saved", **where)
+
+
+def keep_output(job_id: int, attempt: int, node: str) -> bool:
+    """Copy the end of an ended run's output from its node into the database; False if it could not be read."""
+    client = _agent(node)
+    if client is None:
+        return False
+    rid = run_id(job_id, attempt)
+    try:
+        first = client.log(rid, offset=0)
+        if first is None:
+            return False
+        size = int(first.get("size", first["next_offset"]))
+        if size <= first["next_offset"] and size <= JobOutput.KEPT_BYTES:
+            begin, data = 0, first["data"]
+        else:
+            last = client.log(rid, offset=max(0, size - JobOutput.KEPT_BYTES))
+            if last is None:
+                return False
+            begin, data = int(last["offset"]), last["data"]
+            if begin > 0 and "\n" in data:  # start at a line, as a tail would
+                cut = data.index("\n") + 1
+                begin += len(data[:cut].encode())
+                data = data[cut:]
+            size = int(last.get("size", size))
+    except (AgentError, KeyError, TypeError, ValueError) as exc:
+        log.info("could not keep the output of run %s from %s: %s", rid, node, exc)
+        return False
+    JobOutput.objects.update_or_create(
+        job_id=job_id, attempt=attempt, node=node, defaults={"offset": begin, "size": size, "data": data}
+    )
+    return True
+
+
+def keep_outputs(job_ids: Iterable[int]) -> int:
+    """After a poll: keep the output of the latest run of each job that just ended, on each of its nodes."""
+    kept = 0
+    for job in Job.objects.filter(pk__in=list(job_ids)):
+        runs = runs_of(job)
+        if not runs:
+            continue
+        run = runs[-1]
+        for node in run.nodes:
+            if not JobOutput.objects.filter(job=job, attempt=run.attempt, node=node).exists():
+                kept += keep_output(job.pk, run.attempt, node)
+    return kept

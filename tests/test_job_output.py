@@ -1,0 +1,79 @@
+"""A job's output through real agents: followed while it runs, read after it ended, kept when the node is gone."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from scheduling.models import Job, JobOutput
+from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, submit, tick
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+__all__ = ["cluster", "eager_celery", "submit"]  # fixtures, imported for pytest
+
+
+def _log(client, job: Job, **params: object) -> dict:  # type: ignore[no-untyped-def]
+    resp = client.get(f"/api/v1/jobs/{job.pk}/log/", params)
+    assert resp.status_code == 200, resp.content
+    return resp.json()
+
+
+def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluster, submit, api) -> None:
+    lead = api(get_user_model().objects.get(username="lead-training"))
+    job = submit("echo first; echo 'to stderr' >&2; sleep 4; echo second; sleep 0.5")
+    tick()
+    job = Job.objects.get(pk=job.pk)
+    agent = cluster[node_of(job)]
+    agent.wait_job(job.agent_job_id, {"running"})
+
+    seen, offset, rounds, pieces = "", 0, 0, []
+    while True:
+        chunk = _log(lead, job, offset=offset)
+        assert chunk["offset"] == offset and chunk["attempt"] == 1 and chunk["source"] == "agent"
+        seen += chunk["data"]
+        pieces.append((chunk["data"], chunk["complete"]))
+        offset = chunk["next_offset"]
+        rounds += 1
+        if chunk["complete"]:
+            break
+        if rounds > 50:
+            poll()  # the job ended on the agent: the poll finishes it
+        time.sleep(0.1)
+        if rounds > 400:
+            raise AssertionError(f"never complete: {chunk}")
+    assert seen == "first\nto stderr\nsecond\n"
+    # While it ran the follower had the first lines and not the last, then the rest from its offset.
+    assert any(data and "second" not in data and not done for data, done in pieces), pieces
+
+    poll()
+    assert Job.objects.get(pk=job.pk).state == Job.State.COMPLETED
+    kept = JobOutput.objects.get(job=job, attempt=1)
+    assert kept.data == seen and kept.offset == 0 and kept.size == len(seen.encode())
+
+    assert _log(lead, job, tail=1)["data"] == "second\n"
+    agent.kill(signal.SIGTERM)  # the node is gone: the kept end still answers
+    after = _log(lead, job)
+    assert after["data"] == seen and after["complete"] and after["source"] == "saved"
+
+
+def test_log_parameters_are_checked_and_other_teams_see_nothing(cluster, submit, api, user_factory) -> None:
+    lead = api(get_user_model().objects.get(username="lead-training"))
+    job = submit("echo hi")
+    tick()
+    for params, field in (
+        ({"offset": "-3"}, "offset"),
+        ({"offset": "abc"}, "offset"),
+        ({"tail": "x"}, "tail"),
+        ({"attempt": "2"}, "attempt"),
+        ({"attempt": "0"}, "attempt"),
+        ({"node": "nowhere"}, "node"),
+        ({"offset": "0", "tail": "3"}, "tail"),
+    ):
+        resp = lead.get(f"/api/v1/jobs/{job.pk}/log/", params)
+        assert resp.status_code == 400, (params, resp.content)
+        assert resp.json()["field"] == field, resp.json()
+    other = api(user_factory("eve", team="research", role="lead"))
+    assert other.get(f"/api/v1/jobs/{job.pk}/log/").status_code == 404
