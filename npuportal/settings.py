@@ -92,6 +92,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc from our own static files: /api/docs/ works offline
+    "django_htmx",
     "devices",
     "quotas",
     "scheduling",
@@ -104,6 +106,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -289,6 +292,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Jobs, teams, quotas, nodes and policies of an npuportal cluster.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "devices.models.Node.State",
