@@ -99,6 +99,10 @@ def build_children(args: argparse.Namespace) -> list[Child]:
                         str(agent["devices"]),
                         "--node-name",
                         agent["name"],
+                        # The demo's jobs end with it: nothing `make run` started outlives Ctrl-C.
+                        "--stop-jobs-on-exit",
+                        "--kill-grace",
+                        "3",
                     ],
                 )
             )
@@ -167,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _stop_all(children: list[Child], grace_s: float = 8.0) -> None:
+def _stop_all(children: list[Child], grace_s: float = 15.0) -> None:
+    """SIGTERM every child's group, SIGKILL what is left after ``grace_s`` (agents stop their jobs within it)."""
     for c in children:
         if c.proc and c.proc.poll() is None:
             try:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,19 @@ def _login(base: str, username: str, password: str) -> requests.Session:
     )
     assert resp.status_code == 200 and "Log out" in resp.text, f"{username} could not log in"
     return s
+
+
+def _processes_with(text: str) -> list[int]:
+    """Pids whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: Path) -> None:
@@ -126,6 +140,27 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
         assert states[-1] == "completed", (states, job)
         assert job["exit_code"] == 0
         assert len(job["allocations"]) == 2
+        log = requests.get(f"{base}/api/v1/jobs/{job_id}/log/", headers=api, timeout=10).json()
+        assert log["data"] == "hi\n" and log["complete"], log
+
+        # A job still running when make run is stopped goes with it.
+        marker = f"npuportal-e2e-{uuid.uuid4().hex}"
+        resp = requests.post(
+            f"{base}/api/v1/jobs/",
+            json={"name": "long", "command": f"echo {marker}; sleep 600 # {marker}", "num_devices": 1},
+            headers=api,
+            timeout=10,
+        )
+        assert resp.status_code == 201, resp.text
+        long_id = resp.json()["id"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            log = requests.get(f"{base}/api/v1/jobs/{long_id}/log/", headers=api, timeout=10).json()
+            if marker in log["data"]:
+                break
+            time.sleep(0.5)
+        assert marker in log["data"], log
+        assert _processes_with(marker), "the long job runs"
     finally:
         sup.send_signal(signal.SIGINT)
         try:
@@ -135,6 +170,7 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
             out, _ = sup.communicate()
         print(out[-8000:])  # shown by pytest when the test fails
     assert "stopping all processes" in out
+    assert not _processes_with(marker), "a job process outlived make run"
     # Every child is gone: the web port no longer answers.
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass

@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_LOG_BYTES,
         help="cap of one job attempt's output file; beyond it output is dropped, with a line saying so (64 MiB)",
     )
+    parser.add_argument(
+        "--stop-jobs-on-exit",
+        action="store_true",
+        help="stop every job when the agent stops (the demo: nothing outlives `make run`); "
+        "by default jobs keep running and a restarted agent re-adopts them",
+    )
     sim = parser.add_argument_group("simulated backend (--backend sim)")
     sim.add_argument("--sim-chip", help=f"chip model to simulate: {', '.join(SIM_CHIPS)} (default 910B4)")
     sim.add_argument("--sim-devices", type=int, help=f"number of devices, 1-{MAX_SIM_DEVICES} (default 8)")
@@ -195,7 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+        stopped = jobs.stop_all(args.kill_grace) if args.stop_jobs_on_exit else None
         jobs.close()
         lock.close()
-    print("npuportal-agent: stopped; running jobs keep running and are re-adopted on restart", file=sys.stderr)
+    if stopped is not None:
+        print(f"npuportal-agent: stopped, and stopped its {stopped} running job(s)", file=sys.stderr)
+    else:
+        print("npuportal-agent: stopped; running jobs keep running and are re-adopted on restart", file=sys.stderr)
     return 0

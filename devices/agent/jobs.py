@@ -596,6 +596,26 @@ class JobManager:
         self._thread = threading.Thread(target=self._monitor, name="job-monitor", daemon=True)
         self._thread.start()
 
+    def stop_all(self, grace_s: float, reason: str = "agent stopped") -> int:
+        """Stop every running job (SIGTERM, SIGKILL after ``grace_s``) and wait until they are gone; returns how many.
+
+        Only for an agent started with ``--stop-jobs-on-exit`` (the demo): a real node's agent
+        leaves its jobs running across its own restarts.
+        """
+        with self._lock:
+            running = [j for j in self._jobs.values() if j.state in RUNNING_STATES]
+            for job in running:
+                self._request_stop(job, grace_s, reason)
+        self._wake.set()
+        deadline = time.time() + grace_s + 5
+        while time.time() < deadline:
+            self.tick()
+            with self._lock:
+                if not any(j.state in RUNNING_STATES for j in self._jobs.values()):
+                    break
+            time.sleep(0.1)
+        return len(running)
+
     def close(self) -> None:
         """Stop watching; running jobs keep running and a later agent re-adopts them."""
         self._stop.set()
