@@ -20,9 +20,10 @@ from devices.models import Device, VnpuTemplate
 from npuportal import row_reads
 from quotas.models import Membership, Team
 from quotas.services import active_policy
+from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.services import job_insert
+from scheduling.services import feasibility, job_insert
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,20 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
                 "num_devices",
                 f"asks for {spec.num_devices} devices; the cluster has {size}" + (f" of {chip}" if chip else ""),
             )
+    impossible = feasibility.check(
+        policy,
+        Request(
+            team=team.name,
+            num_devices=spec.num_devices,
+            chip_model=chip or None,
+            vnpu_template=template.name if template else None,
+            priority_class=pclass,
+            duration_s=float(spec.max_duration_s or spec.estimated_duration_s),
+            estimated_duration_s=float(spec.estimated_duration_s),
+        ),
+    )
+    if impossible is not None:
+        raise SubmissionError(impossible.field, f"this job can never run here: {impossible.reason}")
     return pclass, template, max_s, chip
 
 

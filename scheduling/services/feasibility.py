@@ -1,0 +1,34 @@
+"""The database side of "can this job ever run": the inventory as the engine reads it, and the check at submission."""
+
+from __future__ import annotations
+
+from devices.models import Device, Node, VnpuTemplate
+from scheduling.engine.feasibility import Impossible, Request, never_runnable
+from scheduling.engine.policy import Policy
+from scheduling.engine.snapshot import DeviceState, NodeState
+from scheduling.engine.snapshot import VnpuTemplate as TemplateState
+
+
+def inventory() -> tuple[list[NodeState], dict[tuple[str, str], TemplateState]]:
+    """Every node and device that exists (two small queries), and the vNPU templates by (chip, name)."""
+    nodes: dict[int, NodeState] = {
+        pk: NodeState(name, []) for pk, name in Node.objects.order_by("name").values_list("id", "name")
+    }
+    for pk, node_id, index, chip, group, hbm, cores, cpus in Device.objects.order_by("node_id", "index").values_list(
+        "id", "node_id", "index", "chip_model", "topology_group", "hbm_mb", "ai_cores", "ai_cpus"
+    ):
+        node = nodes[node_id]
+        node.devices.append(DeviceState(pk, node.name, index, chip, group or "", hbm, cores, cpus))
+    templates = {
+        (chip, name): TemplateState(chip, name, mem, cores, cpus)
+        for chip, name, mem, cores, cpus in VnpuTemplate.objects.values_list(
+            "chip_model", "name", "memory_mb", "ai_cores", "ai_cpus"
+        )
+    }
+    return list(nodes.values()), templates
+
+
+def check(policy: Policy, request: Request) -> Impossible | None:
+    """Why the job can never run here, or ``None``."""
+    nodes, templates = inventory()
+    return never_runnable(policy, request, nodes, templates)
