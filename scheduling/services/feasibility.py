@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devices.models import Device, Node, VnpuTemplate
+from devices.models import Device, VnpuTemplate
 from scheduling.engine.feasibility import Impossible, Request, never_runnable
 from scheduling.engine.policy import Policy
 from scheduling.engine.snapshot import DeviceState, NodeState
@@ -10,14 +10,16 @@ from scheduling.engine.snapshot import VnpuTemplate as TemplateState
 
 
 def inventory() -> tuple[list[NodeState], dict[tuple[str, str], TemplateState]]:
-    """Every node and device that exists (two small queries), and the vNPU templates by (chip, name)."""
-    nodes: dict[int, NodeState] = {
-        pk: NodeState(name, []) for pk, name in Node.objects.order_by("name").values_list("id", "name")
-    }
-    for pk, node_id, index, chip, group, hbm, cores, cpus in Device.objects.order_by("node_id", "index").values_list(
-        "id", "node_id", "index", "chip_model", "topology_group", "hbm_mb", "ai_cores", "ai_cpus"
+    """Every device that exists by node (one query), and the vNPU templates by (chip, name) (one more)."""
+    nodes: dict[int, NodeState] = {}
+    for pk, node_id, node_name, index, chip, group, hbm, cores, cpus in Device.objects.order_by(
+        "node__name", "index"
+    ).values_list(
+        "id", "node_id", "node__name", "index", "chip_model", "topology_group", "hbm_mb", "ai_cores", "ai_cpus"
     ):
-        node = nodes[node_id]
+        node = nodes.get(node_id)
+        if node is None:
+            node = nodes[node_id] = NodeState(node_name, [])
         node.devices.append(DeviceState(pk, node.name, index, chip, group or "", hbm, cores, cpus))
     templates = {
         (chip, name): TemplateState(chip, name, mem, cores, cpus)
