@@ -123,6 +123,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database host that is gone (not refusing) would hold every request for the system's connect
+    # timeout (minutes); 5 s, then the API answers 503. `?connect_timeout=N` in DATABASE_URL wins.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
