@@ -147,6 +147,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database host that is gone (not refusing) would hold every request for the system's connect
+    # timeout (minutes); 5 s, then the API answers 503. `?connect_timeout=N` in DATABASE_URL wins.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -189,7 +193,18 @@ CELERY_DIR = VAR_DIR / "celery"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_RESULT_BACKEND = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+    # A publish to a Redis that is down must fail fast, not hold the API call that queues it (a cancel):
+    # two quick connection retries (kombu's default keeps trying for broker_connection_timeout, 4 s+),
+    # and bounded socket waits (a Redis that hangs without refusing would hold a publish for ever).
+    # Workers reconnect under their own broker_connection_retry settings, which this does not change.
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "max_retries": 2,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.5,
+        "socket_connect_timeout": 2,
+        "socket_timeout": 2,
+    }
     CACHES = {
         "default": {
             "BACKEND": "npuportal.cache.RedisCache",

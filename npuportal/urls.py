@@ -8,6 +8,8 @@ from npuportal.metrics import metrics
 from quotas import views as policy_console
 from scheduling import views as console
 
+handler500 = "npuportal.api_errors.server_error"
+
 urlpatterns = [
     path("", console.dashboard, name="dashboard"),
     path("jobs/", console.job_list, name="console-job-list"),

@@ -382,8 +382,13 @@ def cancel_job(job_id: int, *, actor: AbstractBaseUser | None, reason: str = "Ca
 
 
 def _queue_stop(tasks: object, job_id: int) -> None:
+    """Ask a worker to stop the job on its agents now; best effort, the cancel itself is committed.
+
+    One try, no retries: with the broker down this runs inside the API call, which must answer at
+    once (the agent poll stops a cancelled job that is still running anyway).
+    """
     try:
-        tasks.stop_job.delay(job_id, "Cancelled")  # type: ignore[attr-defined]
+        tasks.stop_job.apply_async((job_id, "Cancelled"), retry=False)  # type: ignore[attr-defined]
     except Exception:
         log.warning("could not queue stop of job %s; the agent poll will stop it", job_id, exc_info=True)
 

@@ -1,0 +1,63 @@
+"""A real ``redis-server`` of the test's own, on a free port, that a test can stop and start again.
+
+Fault tests need a Redis they may kill without touching the one the rest of the
+suite (or anybody else on the machine) uses.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import free_port
+
+REDIS_SERVER = shutil.which("redis-server")
+requires_redis_server = pytest.mark.skipif(REDIS_SERVER is None, reason="needs the redis-server program")
+
+
+class RedisServer:
+    """``redis-server`` without persistence: a restart starts empty, like a Redis that lost its memory."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.workdir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 10.0) -> None:
+        assert REDIS_SERVER is not None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        argv += ["--dir", str(self.workdir)]
+        log = (self.workdir / "redis.log").open("ab")
+        self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5)
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self._proc.poll() is None, (self.workdir / "redis.log").read_text()[-2000:]
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_connect_timeout=1, socket_timeout=1)
