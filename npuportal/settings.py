@@ -11,6 +11,7 @@ import importlib.util
 import math
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    # Before our apps: quotas/admin.py replaces axes' admin of access attempts with one that unlocks.
+    "axes",
     "devices",
     "quotas",
     "scheduling",
@@ -91,6 +94,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: turns a refused sign-in into the console's "sign-in locked" page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "npuportal.urls"
@@ -129,6 +134,28 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+# --- Sign-in brute force (django-axes) ----------------------------------------
+# Axes' backend goes first: it refuses a locked-out sign-in before any password is checked, on the
+# console's /login/ and the admin's alike. Failures are kept in the database (AccessAttempt, one row per
+# username x address x browser, and the AccessFailureLog audit), so every web worker sees the same count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+#: Failed sign-ins allowed per account, and per client address, within the cool-off; the next is refused.
+AXES_FAILURE_LIMIT = _env_number("NPUPORTAL_LOGIN_FAILURE_LIMIT", 10, whole=True, minimum=1)
+#: How long failures count, and so how long a lock lasts after the failure that set it.
+AXES_COOLOFF_TIME = timedelta(seconds=_env_number("NPUPORTAL_LOGIN_COOLOFF", 900, minimum=1))
+# Either one locks: guessing one account's password from many addresses, or many accounts from one.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A refused attempt during a lock is not counted, so the lock ends at the time the page announces
+# (not later, each time the attacker tries again) and a stored attempt row stops growing at the limit.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_LOCKOUT_CALLABLE = "quotas.signin.lockout_response"
+AXES_VERBOSE = False
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
@@ -235,6 +262,10 @@ def _throttle_rate(name: str, default: str) -> str:
         raise ValueError(f"{name}={value!r}: expected requests per period, like 600/min, 20/s or 10000/hour")
     return value
 
+
+#: Requests with a token that does not authenticate allowed per client address and period; past that,
+#: every token request from the address answers 429 until the period ends, so keys cannot be guessed.
+API_BAD_TOKEN_RATE = _throttle_rate("NPUPORTAL_THROTTLE_BAD_TOKEN", "20/min")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
