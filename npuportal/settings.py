@@ -155,6 +155,9 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_CALLABLE = "quotas.signin.lockout_response"
+#: Reverse proxies in front of the web server; 0 counts the connection's address, never X-Forwarded-For.
+TRUSTED_PROXY_COUNT = _env_number("NPUPORTAL_TRUSTED_PROXIES", 0, whole=True)
+AXES_CLIENT_IP_CALLABLE = "npuportal.client_ip.client_address"
 AXES_VERBOSE = False
 
 LANGUAGE_CODE = "en-us"
@@ -266,6 +269,8 @@ def _throttle_rate(name: str, default: str) -> str:
 #: Requests with a token that does not authenticate allowed per client address and period; past that,
 #: every token request from the address answers 429 until the period ends, so keys cannot be guessed.
 API_BAD_TOKEN_RATE = _throttle_rate("NPUPORTAL_THROTTLE_BAD_TOKEN", "20/min")
+if int(API_BAD_TOKEN_RATE.partition("/")[0]) < 1:  # 0 would refuse every token, good ones too
+    raise ValueError(f"NPUPORTAL_THROTTLE_BAD_TOKEN={API_BAD_TOKEN_RATE!r}: expected at least 1 per period")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -279,6 +284,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "npuportal.api_errors.exception_handler",
+    # The throttles' client address: the same rule as the sign-in locks (npuportal/client_ip.py).
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     # Counted in the cache (Redis when REDIS_URL is set), so shared by all workers.
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",

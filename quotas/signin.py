@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from axes.helpers import get_client_ip_address, get_client_username
+from axes.helpers import get_client_username
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -25,6 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from npuportal.client_ip import client_address
 from quotas.models import AuditEvent
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def lockout_response(
 ) -> HttpResponse:
     """The console's "sign-in locked" page (HTTP 429 with ``Retry-After``), for /login/ and /admin/login/."""
     username = get_client_username(request, credentials)
-    ip_address = getattr(request, "axes_ip_address", None) or get_client_ip_address(request)
+    ip_address = getattr(request, "axes_ip_address", None) or client_address(request)
     until = retry_at(username, ip_address)
     wait_s = max(0, math.ceil((until - timezone.now()).total_seconds()))
     context = {

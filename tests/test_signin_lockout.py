@@ -7,9 +7,13 @@ the settings the site runs with: 10 failures per account and per address, 15 min
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import time_machine
@@ -24,7 +28,7 @@ from rest_framework.test import APIClient
 from quotas.api import token_throttle
 from quotas.api.authentication import issue_token
 from quotas.models import AuditEvent
-from tests.browser import page, requires_chromium  # noqa: F401 - page is a fixture
+from tests.browser import ROOT, page, requires_chromium  # noqa: F401 - page is a fixture
 from tests.conftest import requires_redis
 
 #: An instant at the start of a minute, so fixed one-minute windows are not crossed by accident.
@@ -62,6 +66,38 @@ def test_settings_are_the_documented_ones() -> None:
     assert settings.AXES_COOLOFF_TIME == timedelta(minutes=15)
     assert settings.AXES_LOCKOUT_PARAMETERS == ["username", "ip_address"]
     assert settings.API_BAD_TOKEN_RATE == "20/min"
+
+
+def _settings_in_child(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        "from npuportal import settings as s; "
+        "print(s.AXES_FAILURE_LIMIT, int(s.AXES_COOLOFF_TIME.total_seconds()), s.API_BAD_TOKEN_RATE, "
+        "s.TRUSTED_PROXY_COUNT, s.REST_FRAMEWORK['NUM_PROXIES'])"
+    )
+    child_env = {**os.environ, "NPUPORTAL_VAR_DIR": str(tmp_path), **env}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_limits_come_from_the_environment_and_bad_values_stop_start_up(tmp_path) -> None:
+    ok = _settings_in_child(
+        tmp_path,
+        NPUPORTAL_LOGIN_FAILURE_LIMIT="5",
+        NPUPORTAL_LOGIN_COOLOFF="60",
+        NPUPORTAL_THROTTLE_BAD_TOKEN="50/hour",
+        NPUPORTAL_TRUSTED_PROXIES="2",
+    )
+    assert ok.stdout.split() == ["5", "60", "50/hour", "2", "2"], ok.stderr
+    for name, value, message in [
+        ("NPUPORTAL_LOGIN_FAILURE_LIMIT", "ten", "NPUPORTAL_LOGIN_FAILURE_LIMIT='ten': expected a whole number"),
+        ("NPUPORTAL_LOGIN_FAILURE_LIMIT", "0", "NPUPORTAL_LOGIN_FAILURE_LIMIT='0': expected a number of at least 1"),
+        ("NPUPORTAL_LOGIN_COOLOFF", "0", "NPUPORTAL_LOGIN_COOLOFF='0': expected a number of at least 1"),
+        ("NPUPORTAL_THROTTLE_BAD_TOKEN", "0/min", "NPUPORTAL_THROTTLE_BAD_TOKEN='0/min': expected at least 1"),
+        ("NPUPORTAL_THROTTLE_BAD_TOKEN", "many", "NPUPORTAL_THROTTLE_BAD_TOKEN='many': expected requests per"),
+    ]:
+        failed = _settings_in_child(tmp_path, **{name: value})
+        assert failed.returncode != 0 and message in failed.stderr, (name, value, failed.stderr[-500:])
 
 
 @pytest.mark.django_db
@@ -186,6 +222,38 @@ def test_unlock_by_command_is_axes_own(alice) -> None:
     hammer(Client(), "/login/", "alice", LIMIT)
     call_command("axes_reset_username", "alice")
     assert Client().post("/login/", {"username": "alice", "password": "right-horse-battery"}).status_code == 302
+
+
+@pytest.mark.django_db
+def test_forwarded_for_is_ignored_unless_proxies_are_configured(alice) -> None:
+    def via(forwarded: str) -> Client:
+        return Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=forwarded)
+
+    # No proxies configured: a forged header does not give a guesser a fresh address per request.
+    codes = [via(f"192.0.2.{i}").post("/login/", {"username": f"u{i}", "password": "x"}).status_code for i in range(10)]
+    assert codes[-1] == 429
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"10.0.0.1"}
+
+
+@pytest.mark.django_db
+def test_behind_a_proxy_the_client_is_the_address_it_saw(alice, settings) -> None:
+    settings.TRUSTED_PROXY_COUNT = 1
+    get_user_model().objects.create_user("bob", password="bobs-own-password")
+
+    def via(forwarded: str) -> Client:
+        return Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=forwarded)
+
+    # The guesser prepends forged hops; the proxy appends the address it saw, which is what counts.
+    for i in range(LIMIT):
+        via(f"198.51.100.{i}, 203.0.113.5").post("/login/", {"username": f"u{i}", "password": "x"})
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"203.0.113.5"}
+    assert via("203.0.113.5").post("/login/", {"username": "bob", "password": "bobs-own-password"}).status_code == 429
+    # Everybody else behind the same proxy still signs in.
+    other = via("203.0.113.77")
+    assert other.post("/login/", {"username": "bob", "password": "bobs-own-password"}).status_code == 302
+    # A hop that is not an address (a proxy too few) falls back to the connection's.
+    via("not-an-address").post("/login/", {"username": "carol", "password": "x"})
+    assert AccessAttempt.objects.filter(username="carol").get().ip_address == "10.0.0.1"
 
 
 # -- API tokens -----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.cache import cache
 from rest_framework.request import Request
 
+from npuportal.client_ip import client_address
+
 logger = logging.getLogger(__name__)
 
 #: Cache key of one address's count in one period; tests swap it for keys of their own.
@@ -32,11 +34,6 @@ def _rate() -> tuple[int, int]:
     return int(count), _SECONDS[period[0]]
 
 
-def client_address(request: Request) -> str:
-    """The connecting address, like axes' sign-in locks; ``X-Forwarded-For`` is anybody's to write."""
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
-
-
 def _key(ident: str, now: float, period: int) -> tuple[str, float]:
     window = int(now // period)
     return KEY_FORMAT % {"ident": ident, "window": window}, (window + 1) * period - now
@@ -45,7 +42,7 @@ def _key(ident: str, now: float, period: int) -> tuple[str, float]:
 def blocked_for(request: Request) -> float | None:
     """Seconds until this address may try tokens again, or None when it may now."""
     limit, period = _rate()
-    key, remaining = _key(client_address(request), time.time(), period)
+    key, remaining = _key(client_address(request) or "unknown", time.time(), period)
     try:
         failures = cache.get(key, 0)
     except Exception:  # fail open, see the module docstring
@@ -57,7 +54,7 @@ def blocked_for(request: Request) -> float | None:
 def record_failure(request: Request) -> None:
     """Count one request whose token did not authenticate."""
     _, period = _rate()
-    key, _ = _key(client_address(request), time.time(), period)
+    key, _ = _key(client_address(request) or "unknown", time.time(), period)
     try:
         # add() starts the count at 1 only if absent; a count that exists is incremented (atomic on
         # Redis). Backends without a native incr re-store the value with the default timeout, so the
