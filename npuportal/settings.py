@@ -13,6 +13,7 @@ import math
 import os
 import secrets
 import zoneinfo
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and Redoc from our own static files: /api/docs/ works offline
     "django_htmx",
+    # Before our apps: quotas/admin.py replaces axes' admin of access attempts with one that unlocks.
+    "axes",
     "devices",
     "quotas",
     "scheduling",
@@ -109,6 +112,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: turns a refused sign-in into the console's "sign-in locked" page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "npuportal.urls"
@@ -157,6 +162,31 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+# --- Sign-in brute force (django-axes) ----------------------------------------
+# Axes' backend goes first: it refuses a locked-out sign-in before any password is checked, on the
+# console's /login/ and the admin's alike. Failures are kept in the database (AccessAttempt, one row per
+# username x address x browser, and the AccessFailureLog audit), so every web worker sees the same count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+#: Failed sign-ins allowed per account, and per client address, within the cool-off; the next is refused.
+AXES_FAILURE_LIMIT = _env_number("NPUPORTAL_LOGIN_FAILURE_LIMIT", 10, whole=True, minimum=1)
+#: How long failures count, and so how long a lock lasts after the failure that set it.
+AXES_COOLOFF_TIME = timedelta(seconds=_env_number("NPUPORTAL_LOGIN_COOLOFF", 900, minimum=1))
+# Either one locks: guessing one account's password from many addresses, or many accounts from one.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A refused attempt during a lock is not counted, so the lock ends at the time the page announces
+# (not later, each time the attacker tries again) and a stored attempt row stops growing at the limit.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_LOCKOUT_CALLABLE = "quotas.signin.lockout_response"
+#: Reverse proxies in front of the web server; 0 counts the connection's address, never X-Forwarded-For.
+TRUSTED_PROXY_COUNT = _env_number("NPUPORTAL_TRUSTED_PROXIES", 0, whole=True)
+AXES_CLIENT_IP_CALLABLE = "npuportal.client_ip.client_address"
+AXES_VERBOSE = False
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC").strip() or "UTC"
@@ -279,6 +309,12 @@ def _throttle_rate(name: str, default: str) -> str:
     return value
 
 
+#: Requests with a token that does not authenticate allowed per client address and period; past that,
+#: every token request from the address answers 429 until the period ends, so keys cannot be guessed.
+API_BAD_TOKEN_RATE = _throttle_rate("NPUPORTAL_THROTTLE_BAD_TOKEN", "20/min")
+if int(API_BAD_TOKEN_RATE.partition("/")[0]) < 1:  # 0 would refuse every token, good ones too
+    raise ValueError(f"NPUPORTAL_THROTTLE_BAD_TOKEN={API_BAD_TOKEN_RATE!r}: expected at least 1 per period")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # `Token npu_…` keys (several per user, see /api/v1/tokens/), else DRF's authtoken keys.
@@ -291,6 +327,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "npuportal.api_errors.exception_handler",
+    # The throttles' client address: the same rule as the sign-in locks (npuportal/client_ip.py).
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     # Counted in the cache (Redis when REDIS_URL is set), so shared by all workers.
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",

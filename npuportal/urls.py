@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from npuportal.health import healthz
 from npuportal.metrics import metrics
+from quotas import signin
 from quotas import views as policy_console
 from scheduling import views as console
 
@@ -29,7 +30,7 @@ urlpatterns = [
     path("policy/history/", policy_console.policy_history, name="console-policy-history"),
     path("policy/v<int:version>/", policy_console.policy_version, name="console-policy-version"),
     path("policy/v<int:version>/restore/", policy_console.policy_restore, name="console-policy-restore"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", signin.ConsoleLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),

@@ -1,5 +1,10 @@
-from django.contrib import admin
+from axes.admin import AccessAttemptAdmin
+from axes.models import AccessAttempt
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from quotas import signin
 from quotas.models import ApiToken, AuditEvent, Department, Membership, Policy, Team
 
 
@@ -65,6 +70,39 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+# -- sign-in locks (django-axes) -------------------------------------------------------------------
+
+
+admin.site.unregister(AccessAttempt)
+
+
+@admin.register(AccessAttempt)
+class UnlockingAccessAttemptAdmin(AccessAttemptAdmin):
+    """Axes' list of failed sign-ins, with the two unlocks an admin needs, each audited.
+
+    Unlocking by account and by address are separate on purpose: a victim's account
+    hammered from an attacker's address can be opened without opening that address.
+    """
+
+    actions = ["unlock_accounts", "unlock_addresses", *AccessAttemptAdmin.actions]
+
+    @admin.action(description="Unlock the accounts of the selected attempts (any address)")
+    def unlock_accounts(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        names = sorted({u for u in queryset.values_list("username", flat=True) if u})
+        count = signin.unlock_accounts(request.user, names)
+        self.message_user(
+            request, f"Unlocked {', '.join(names) or 'no account'}: cleared {count} record(s).", messages.SUCCESS
+        )
+
+    @admin.action(description="Unlock the addresses of the selected attempts (any account)")
+    def unlock_addresses(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        addresses = sorted({a for a in queryset.values_list("ip_address", flat=True) if a})
+        count = signin.unlock_addresses(request.user, addresses)
+        self.message_user(
+            request, f"Unlocked {', '.join(addresses) or 'no address'}: cleared {count} record(s).", messages.SUCCESS
+        )
 
 
 # -- usage accounting and chargeback (docs/chargeback.md) ---------------------------------------------

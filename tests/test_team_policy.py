@@ -8,6 +8,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from quotas.models import AuditEvent, Policy, Team
@@ -236,12 +237,12 @@ def test_overview_agrees_with_sshare(demo) -> None:
 @pytest.mark.django_db
 def test_teams_pages_are_for_admins(demo, user_factory, client) -> None:
     user_factory("tom", team="training", role="lead")
-    client.login(username="tom", password="pw-tom")
+    client.force_login(get_user_model().objects.get(username="tom"))
     assert client.get("/teams/").status_code == 302
     assert client.post("/teams/training/", {"shares": "5", "comment": "x"}).status_code == 302
     assert Policy.objects.count() == 1
     user_factory("ops", staff=True)
-    client.login(username="ops", password="pw-ops")
+    client.force_login(get_user_model().objects.get(username="ops"))
     assert client.get("/teams/no-such-team/").status_code == 404
     page = client.get("/teams/").content.decode()
     assert 'id="team-training"' in page and "/teams/training/" in page
@@ -251,7 +252,7 @@ def test_teams_pages_are_for_admins(demo, user_factory, client) -> None:
 @pytest.mark.django_db
 def test_console_form_shows_the_error_next_to_the_field_and_keeps_unsent_fields(demo, user_factory, client) -> None:
     user_factory("ops", staff=True)
-    client.login(username="ops", password="pw-ops")
+    client.force_login(get_user_model().objects.get(username="ops"))
     form = client.get("/teams/training/").content.decode()
     assert 'name="max__devices"' in form and 'value="24"' in form and 'name="max__devices__910B4"' in form
 
@@ -279,7 +280,7 @@ def test_console_form_shows_the_error_next_to_the_field_and_keeps_unsent_fields(
 @pytest.mark.django_db
 def test_lead_quota_page_shows_their_teams_fair_share_only(demo, user_factory, client) -> None:
     user_factory("tom", team="training", role="lead")
-    client.login(username="tom", password="pw-tom")
+    client.force_login(get_user_model().objects.get(username="tom"))
     body = client.get("/quota/").content.decode()
     assert 'id="fair-share-training"' in body and 'id="fair-share-inference"' not in body
 
@@ -332,7 +333,7 @@ def test_teams_page_does_not_grow_queries_with_teams(demo, user_factory, client,
     from quotas.models import Membership
 
     ops = user_factory("ops", staff=True)
-    client.login(username="ops", password="pw-ops")
+    client.force_login(get_user_model().objects.get(username="ops"))
     client.get("/teams/")
     with django_assert_max_num_queries(8):
         assert client.get("/teams/").status_code == 200

@@ -18,9 +18,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import exceptions
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.request import Request
 
 from npuportal import row_reads
+from quotas.api import token_throttle
 from quotas.models import ApiToken
 
 KEY_PREFIX = "npu_"
@@ -55,7 +57,26 @@ def revoke_token(token: ApiToken) -> None:
 
 
 class ApiTokenAuthentication(TokenAuthentication):
-    """``Token npu_…`` keys from :class:`ApiToken`; any other key is looked up as a DRF authtoken."""
+    """``Token npu_…`` keys from :class:`ApiToken`; any other key is looked up as a DRF authtoken.
+
+    Tokens that fail are counted per client address (:mod:`quotas.api.token_throttle`): past the
+    limit, the address gets 429 for any token until the period ends, so keys cannot be guessed.
+    """
+
+    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, object] | None:
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None  # no token: session auth or anonymous, not ours to count
+        wait = token_throttle.blocked_for(request)
+        if wait is not None:
+            raise exceptions.Throttled(
+                wait=wait, detail="Too many requests with a token that does not authenticate from this address."
+            )
+        try:
+            return super().authenticate(request)
+        except exceptions.AuthenticationFailed:
+            token_throttle.record_failure(request)
+            raise
 
     def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, object]:
         if not key.startswith(KEY_PREFIX):
