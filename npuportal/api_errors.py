@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
+
+from npuportal.limits import in_words
 
 
 def _first_field(detail: Any, prefix: str = "") -> tuple[str | None, str]:
@@ -24,7 +29,34 @@ def _first_field(detail: Any, prefix: str = "") -> tuple[str | None, str]:
     return (prefix or None), str(detail)
 
 
+def _too_big(exc: Exception) -> bool:
+    """Django refused to read a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``: as itself, or inside a parser's error."""
+    if isinstance(exc, RequestDataTooBig):
+        return True
+    return isinstance(exc, ParseError) and isinstance(exc.__cause__ or exc.__context__, RequestDataTooBig)
+
+
+def body_too_big(request: Any) -> Response:
+    """413 in the API's error shape, saying how large the body was and how large it may be.
+
+    Django raises ``RequestDataTooBig`` from the Content-Length alone, before reading the
+    body, and outside DRF's exceptions, so without this it became an HTML page or a bare 400.
+    """
+    limit = in_words(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    meta = getattr(request, "META", {})
+    try:
+        size = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        size = 0
+    message = (f"the request body is {in_words(size)}; " if size else "the request body is too large; ") + (
+        f"at most {limit} are accepted"
+    )
+    return Response({"error": f"body: {message}", "field": "body", "details": {"body": [message]}}, status=413)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if _too_big(exc):
+        return body_too_big(context.get("request"))
     response = drf_handler(exc, context)
     if response is None:
         return None
