@@ -490,6 +490,24 @@ def finish_job(
 
 
 @transaction.atomic
+def fail_job(job_id: int, *, reason: str, detail: str, at: datetime | None = None) -> Job | None:
+    """Fail a running job for good, with ``reason`` and ``detail`` in its event: no retry, no requeue.
+
+    For what no retry can change, such as a launch its agent refuses as too large:
+    requeued, it would only be refused again on every node it lands on.
+    """
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.state != Job.State.RUNNING:
+        return job
+    now = timezone.now()
+    at = min(at or now, now)
+    if job.started_at is not None:
+        at = max(at, job.started_at)
+    _end(job, Job.State.FAILED, at, reason=reason, detail=detail)
+    return job
+
+
+@transaction.atomic
 def requeue_job(
     job_id: int, *, reason: str, detail: str = "", count_retry: bool = True, at: datetime | None = None
 ) -> Job | None:
