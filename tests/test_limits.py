@@ -121,8 +121,8 @@ def test_total_bytes_of_one_submission_are_bounded(member, api) -> None:
     assert _post(client, {**JOB, "name": "big", "array": 100, "command": command}).status_code == 201
     with override_settings(MAX_SUBMIT_BYTES=1000):
         _refused(_post(client, {**JOB, "array": 101, "command": "x" * 5}), "array", "at most 1,000 bytes")
-        # One job counts too: a submission is one copy.
-        _refused(_post(client, {**JOB, "command": "x" * 1000}), "array", "1 copies")
+        # One job counts too (a limit set below the command limit): then its command is at fault.
+        _refused(_post(client, {**JOB, "command": "x" * 1000}), "command", "the job is 1,002 bytes", "1,000 bytes")
 
 
 def test_a_body_over_the_request_limit_is_413_in_the_error_shape(member, api) -> None:

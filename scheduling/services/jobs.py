@@ -135,10 +135,13 @@ def check_size(spec: JobSpec, count: int = 1) -> int:
         raise SubmissionError("array", f"asks for {count:,} copies; at most {settings.MAX_ARRAY:,} in one array")
     job_bytes = command_bytes + _text_bytes("name", spec.name)
     if count * job_bytes > settings.MAX_SUBMIT_BYTES:
+        most = f"one submission may write at most {in_words(settings.MAX_SUBMIT_BYTES)}"
+        if count == 1:  # a limit set below the command's: the command is what to shorten
+            raise SubmissionError("command", f"with its name, the job is {in_words(job_bytes)}; {most}")
         raise SubmissionError(
             "array",
             f"{count:,} copies of {job_bytes:,} bytes each (command and name) make {in_words(count * job_bytes)}; "
-            f"one submission may write at most {in_words(settings.MAX_SUBMIT_BYTES)}",
+            + most,
         )
     return job_bytes
 
