@@ -14,10 +14,15 @@ import sys
 from typing import Any
 
 from django import db
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
+
+from npuportal.limits import in_words
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +59,34 @@ def _first_field(detail: Any, prefix: str = "") -> tuple[str | None, str]:
     return (prefix or None), str(detail)
 
 
+def _too_big(exc: Exception) -> bool:
+    """Django refused to read a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``: as itself, or inside a parser's error."""
+    if isinstance(exc, RequestDataTooBig):
+        return True
+    return isinstance(exc, ParseError) and isinstance(exc.__cause__ or exc.__context__, RequestDataTooBig)
+
+
+def body_too_big(request: Any) -> Response:
+    """413 in the API's error shape, saying how large the body was and how large it may be.
+
+    Django raises ``RequestDataTooBig`` from the Content-Length alone, before reading the
+    body, and outside DRF's exceptions, so without this it became an HTML page or a bare 400.
+    """
+    limit = in_words(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    meta = getattr(request, "META", {})
+    try:
+        size = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        size = 0
+    message = (f"the request body is {in_words(size)}; " if size else "the request body is too large; ") + (
+        f"at most {limit} are accepted"
+    )
+    return Response({"error": f"body: {message}", "field": "body", "details": {"body": [message]}}, status=413)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if _too_big(exc):
+        return body_too_big(context.get("request"))
     if isinstance(exc, DATABASE_DOWN):
         _database_down(context["request"], exc)
         return Response(dict(DATABASE_DOWN_BODY), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})

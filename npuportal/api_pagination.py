@@ -29,6 +29,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, Q, QuerySet
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination
+from rest_framework.pagination import LimitOffsetPagination as DRFLimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
@@ -248,3 +249,12 @@ class KeysetPagination(BasePagination):
                 "schema": {"type": "integer"},
             },
         ]
+
+
+class LimitOffsetPagination(DRFLimitOffsetPagination):
+    """The lists that grow with the cluster (teams, nodes, devices, policies, tokens): ``limit`` at most ``MAX_LIMIT``.
+
+    DRF's own class takes any ``limit``, so one request could ask for every row at once.
+    """
+
+    max_limit = MAX_LIMIT

@@ -44,7 +44,9 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _env_number(name: str, default: float, *, whole: bool = False, minimum: float = 0.0) -> Any:
+def _env_number(
+    name: str, default: float, *, whole: bool = False, minimum: float = 0.0, maximum: float | None = None
+) -> Any:
     """A number from the environment, checked at start-up with the variable named, not a bare ValueError."""
     text = os.environ.get(name, "").strip()
     if not text:
@@ -56,6 +58,8 @@ def _env_number(name: str, default: float, *, whole: bool = False, minimum: floa
         raise BadSetting(f"{name}={text!r}: expected {kind}") from None
     if not math.isfinite(value) or value < minimum:
         raise BadSetting(f"{name}={text!r}: expected a number of at least {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise BadSetting(f"{name}={text!r}: expected a number of at most {maximum:g}")
     return value
 
 
@@ -297,6 +301,28 @@ ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.
 TICK_STALE_AFTER_S = _env_number("NPUPORTAL_TICK_STALE_AFTER", 60, minimum=1)
 
+# --- Limits on what one request may carry (docs/api.md#limits) -------------------------------------
+#: Longest single argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages, less its NUL): the agent
+#: runs a command as one argument of ``sh -c``, so no longer command can ever start.
+_LONGEST_ARGUMENT_BYTES = 131071
+#: Bytes (UTF-8) of a job's command.
+MAX_COMMAND_BYTES = _env_number(
+    "NPUPORTAL_MAX_COMMAND_BYTES", 65536, whole=True, minimum=1, maximum=_LONGEST_ARGUMENT_BYTES
+)
+#: Copies of one job array.
+MAX_ARRAY = _env_number("NPUPORTAL_MAX_ARRAY", 1000, whole=True, minimum=1)
+#: Bytes of all the jobs one submission writes: copies × (command + name), what lands in the database.
+MAX_SUBMIT_BYTES = _env_number("NPUPORTAL_MAX_SUBMIT_BYTES", 8 * 1024 * 1024, whole=True, minimum=1)
+#: Bytes of one request body (Django stops reading beyond it; the API answers 413).
+MAX_REQUEST_BYTES = _env_number("NPUPORTAL_MAX_REQUEST_BYTES", 2560 * 1024, whole=True, minimum=1)
+if MAX_REQUEST_BYTES < 2 * MAX_COMMAND_BYTES:
+    # JSON escapes can make a command longer on the wire than it is: leave it room.
+    raise ValueError(
+        f"NPUPORTAL_MAX_REQUEST_BYTES={MAX_REQUEST_BYTES}: expected at least twice NPUPORTAL_MAX_COMMAND_BYTES "
+        f"({2 * MAX_COMMAND_BYTES}), so a command at its limit fits in a request"
+    )
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+
 # --- REST API -----------------------------------------------------------------
 
 
@@ -323,7 +349,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "npuportal.api_pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "npuportal.api_errors.exception_handler",

@@ -28,6 +28,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     user = request.user
     active = (
         visible_jobs(user)
+        .defer("command")  # the rows show no command, and one may be tens of KiB
         .filter(state__in=[Job.State.PENDING, Job.State.RUNNING])
         .order_by("state", "submitted_at")[:100]
     )
@@ -42,7 +43,7 @@ JOB_LIST_PAGE = 100
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     """Newest jobs first, a page at a time by cursor: one indexed query, never a COUNT of the table."""
-    qs = visible_jobs(request.user)
+    qs = visible_jobs(request.user).defer("command")  # the rows show no command, and one may be tens of KiB
     state = request.GET.get("state")
     if state in Job.State.values:
         qs = qs.filter(state=state)

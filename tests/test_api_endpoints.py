@@ -508,7 +508,12 @@ def test_job_representation_matches_drf_field_by_field(people, api) -> None:
     from rest_framework import serializers
 
     from devices.models import VnpuTemplate
-    from scheduling.api.serializers import JobSerializer, job_representation
+    from scheduling.api.serializers import (
+        JobSerializer,
+        JobSummarySerializer,
+        job_representation,
+        job_summary_representation,
+    )
 
     now = timezone.now()
     running = Job.objects.create(
@@ -533,6 +538,9 @@ def test_job_representation_matches_drf_field_by_field(people, api) -> None:
                 drf = serializers.ModelSerializer.to_representation(JobSerializer(), job)
                 assert job_representation(job) == dict(drf)
                 assert list(job_representation(job)) == JobSerializer.Meta.fields
+                summary = serializers.ModelSerializer.to_representation(JobSummarySerializer(), job)
+                assert job_summary_representation(job) == dict(summary)
+                assert list(job_summary_representation(job)) == JobSummarySerializer.Meta.fields
 
 
 def test_submission_answers_and_stores_the_same_through_both_write_paths(people, api, monkeypatch) -> None:

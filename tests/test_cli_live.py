@@ -109,6 +109,28 @@ def test_the_api_refusing_exits_1_with_its_sentence(cli) -> None:
     assert Job.objects.count() == before
 
 
+def test_limits_exit_1_with_the_field_and_the_limit_and_lists_show_a_preview(cli) -> None:
+    from django.test import override_settings
+
+    before = Job.objects.count()
+    code, _, err = cli("member", "submit", "--command", "x" * 70000)
+    assert code == 1 and "command: is 70,000 bytes (68.4 KiB); at most 65,536 bytes (64 KiB)" in err, err
+    code, _, err = cli("member", "submit", "--array", "2000", "--", "x")
+    assert code == 1 and "array: asks for 2,000 copies; at most 1,000 in one array" in err, err
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10000):
+        code, _, err = cli("member", "submit", "--command", "x" * 20000)
+    assert code == 1 and "body: the request body is" in err and "at most 10,000 bytes (9.8 KiB)" in err, err
+    assert Job.objects.count() == before
+    command = "python train.py " + "--lr 3e-4 " * 30
+    code, out, _ = cli("member", "--json", "submit", "--command", command.strip())
+    job_id = json.loads(out)["id"]
+    code, out, _ = cli("member", "--json", "queue")
+    row = next(j for j in json.loads(out) if j["id"] == job_id)
+    assert row["command_preview"] == command[:199] + "…" and "command" not in row
+    code, out, _ = cli("member", "show", str(job_id))
+    assert code == 0 and command.strip() in out, "show prints the whole command"
+
+
 def test_auth_failures_exit_4(cli) -> None:
     code, _, err = cli("npu_not-a-real-token", "queue")
     assert code == 4 and "Invalid token" in err

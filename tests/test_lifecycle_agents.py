@@ -215,6 +215,49 @@ def test_launch_refused_with_409_is_retried_then_the_job_is_requeued(cluster, su
     assert "maintenance" in cluster[NODE_A].jobs(), "a job the portal did not start is left alone"
 
 
+@pytest.mark.parametrize(("size", "field"), [(200_000, "command"), (1_100_000, "body")])
+def test_a_launch_refused_as_too_large_fails_the_job_at_once_with_the_reason(cluster, submit, size, field) -> None:
+    """A job no agent can take (stored before the command limit, or under a larger one) fails on the first
+    refusal with the agent's words; it used to be sent again at every poll and every requeue."""
+    from django.test import override_settings
+
+    with override_settings(MAX_COMMAND_BYTES=2 * 1024 * 1024):
+        job = submit("true #" + "x" * size)
+    tick()
+    for _ in range(3):
+        poll()
+    job = _reload(job)
+    assert job.state == Job.State.FAILED
+    assert (job.retries, job.launched, job.pending_reason) == (0, False, "")
+    assert job.allocations.filter(end__isnull=True).count() == 0, "its cards are free again"
+    refusals = job.events.filter(reason="LaunchFailed")
+    assert [(e.from_state, e.to_state) for e in refusals] == [(Job.State.RUNNING, Job.State.FAILED)]
+    detail = refusals.get().detail
+    assert "refused for good, not retried" in detail and "HTTP 413" in detail, detail
+    assert ("a program takes at most" if field == "command" else "body larger than 1048576 bytes") in detail
+    posts = {name: agent.log.read_text().count('"POST /v1/jobs HTTP/1.1"') for name, agent in cluster.items()}
+    assert sorted(posts.values()) == [0, 1], posts  # one launch attempt, on one node
+    assert all(agent.jobs() == {} for agent in cluster.values())
+
+
+def test_the_longest_command_the_portal_allows_launches_even_with_every_byte_escaped(cluster, submit) -> None:
+    """NPUPORTAL_MAX_COMMAND_BYTES at its maximum, each byte a control character (six bytes in JSON): the
+    agent's body limit and its argument limit both take it, so what the portal accepts can run."""
+    from django.test import override_settings
+
+    from npuportal.settings import _LONGEST_ARGUMENT_BYTES
+
+    command = "true #" + "\x01" * (_LONGEST_ARGUMENT_BYTES - 6)
+    with override_settings(MAX_COMMAND_BYTES=_LONGEST_ARGUMENT_BYTES):
+        job = submit(command)
+    tick()
+    job = _reload(job)
+    assert job.launched, job.events.last().detail
+    record = cluster[node_of(job)].wait_job(job.agent_job_id, {"succeeded"})
+    assert record["command"] == command
+    assert _poll_until(job, {Job.State.COMPLETED}).exit_code == 0
+
+
 def test_agent_killed_mid_job_and_restarted_loses_nothing(cluster, submit) -> None:
     job, name, agent = _running(cluster, submit, "sleep 2; exit 7")
     agent.kill(signal.SIGKILL)

@@ -26,6 +26,9 @@ from devices.agent.errors import ApiError
 from devices.agent.jobs import MAX_TAIL_LINES, JobManager, parse_grace, parse_stop_reason, utc_iso
 from devices.agent.sim import SimBackend
 
+#: Largest request body read. It holds the longest command the portal sends (NPUPORTAL_MAX_COMMAND_BYTES is
+#: at most 131,071 bytes) even if JSON escaped every byte as six (``\u0001``), with room for the rest;
+#: a longer body is refused with 413, which the portal takes as final (the job fails, no retry).
 MAX_BODY_BYTES = 1024 * 1024
 MAX_DRAIN_BYTES = 64 * MAX_BODY_BYTES  # beyond this a sender is hostile; let the reset happen
 

@@ -39,6 +39,21 @@ OUTPUT_TAIL_LINES = 50
 MAX_DURATION_LIMIT_S = 366 * 24 * 3600.0
 MAX_GRACE_S = 3600.0
 RUNNER_PATH = Path(__file__).with_name("runner.py")
+
+
+def _longest_argument() -> int:
+    """Bytes of the longest single argument this kernel passes to a program (Linux: 32 pages, less the NUL).
+
+    A command is one argument of the job's wrapper and of ``sh -c``: a longer one can never start.
+    """
+    try:
+        return 32 * os.sysconf("SC_PAGESIZE") - 1
+    except (AttributeError, OSError, ValueError):
+        return 32 * 4096 - 1
+
+
+#: Longest command the agent takes (131,071 bytes with 4 KiB pages); longer is refused with 413, for good.
+MAX_COMMAND_BYTES = _longest_argument()
 RESERVED_ENV = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NPUPORTAL_JOB_ID")
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -115,6 +130,14 @@ def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
         raise ApiError(400, "command must be a non-empty string", "command")
     if "\0" in command:
         raise ApiError(400, "command must not contain NUL bytes", "command")
+    try:
+        size = len(command.encode("utf-8", "surrogateescape"))  # what the kernel is given
+    except UnicodeEncodeError:
+        raise ApiError(400, "command must be valid text", "command") from None
+    if size > MAX_COMMAND_BYTES:
+        raise ApiError(
+            413, f"command is {size} bytes; a program takes at most {MAX_COMMAND_BYTES} in one argument", "command"
+        )
     env_in = payload.get("env", {})
     if env_in is None:
         env_in = {}

@@ -17,13 +17,33 @@ from django.conf import settings
 from devices.agent.jobs import MAX_STOP_REASON
 from devices.models import Node
 
+#: Request fields whose refusal depends only on what the portal sent, never on the node's state.
+_OWN_FIELDS = frozenset({"body", "job_id", "command", "env"})
+
 
 class AgentError(RuntimeError):
-    """A call that did not get the answer it needed. ``status`` is the HTTP status, if one came back."""
+    """A call that did not get the answer it needed.
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    ``status`` is the HTTP status, if one came back; ``field`` the request field the agent
+    named in its error answer, if it did.
+    """
+
+    def __init__(self, message: str, status: int | None = None, field: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.field = field
+
+    @property
+    def never_succeeds(self) -> bool:
+        """Whether sending the same request again can only get the same refusal.
+
+        413 (too large) always; 400 when the agent names the body, the job id, the command
+        or the environment: what the portal sent, not the node's devices or state, is at
+        fault. Anything else (no answer, 409 busy devices, 5xx) may pass on a retry.
+        """
+        if self.status == 413:
+            return True
+        return self.status == 400 and self.field in _OWN_FIELDS
 
 
 @dataclass(frozen=True)
@@ -64,7 +84,11 @@ class AgentClient:
         if resp.status_code == 404 and method == "GET":
             return None
         if resp.status_code not in ok:
-            raise AgentError(f"{method} {path}: HTTP {resp.status_code} {_error_text(resp)}", status=resp.status_code)
+            raise AgentError(
+                f"{method} {path}: HTTP {resp.status_code} {_error_text(resp)}",
+                status=resp.status_code,
+                field=_error_field(resp),
+            )
         try:
             return resp.json()
         except ValueError as exc:
@@ -128,3 +152,13 @@ def _error_text(resp: requests.Response) -> str:
     if isinstance(body, dict) and "error" in body:
         return str(body["error"])[:300]
     return resp.text[:200]
+
+
+def _error_field(resp: requests.Response) -> str | None:
+    """The request field an agent's JSON error answer names (``{"error", "field"}``), if any."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    field = body.get("field") if isinstance(body, dict) else None
+    return field if isinstance(field, str) else None

@@ -640,13 +640,13 @@ def launch_payload(job: Job, run_id: str, allocs: Sequence[Allocation]) -> dict[
     return payload
 
 
-def _send(item: tuple[AgentAddress, dict[str, Any]]) -> str:
+def _send(item: tuple[AgentAddress, dict[str, Any]]) -> AgentError | None:
     address, payload = item
     try:
         AgentClient(address).launch(payload)
     except AgentError as exc:
-        return str(exc)
-    return ""
+        return exc
+    return None
 
 
 def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
@@ -654,10 +654,10 @@ def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
     plans = [p for p in (_prepare_launch(j) for j in job_ids) if p is not None]
     sends = [(plan, target) for plan in plans for target in plan.targets]
     answers = parallel(_send, [target for _, target in sends])
-    errors: dict[int, list[tuple[AgentAddress, str]]] = defaultdict(list)
+    errors: dict[int, list[tuple[AgentAddress, AgentError]]] = defaultdict(list)
     accepted: dict[int, list[AgentAddress]] = defaultdict(list)
     for (plan, (address, _)), error in zip(sends, answers, strict=True):
-        if error:
+        if error is not None:
             errors[plan.job_id].append((address, error))
         else:
             accepted[plan.job_id].append(address)
@@ -669,8 +669,16 @@ def launch(job_id: int) -> bool:
     return launch_many([job_id]).get(job_id, False)
 
 
-def _record_launch(plan: LaunchPlan, errors: list[tuple[AgentAddress, str]], accepted: list[AgentAddress]) -> bool:
-    from scheduling.services.jobs import RETRY_BUDGET, requeue_job
+def _record_launch(
+    plan: LaunchPlan, errors: list[tuple[AgentAddress, AgentError]], accepted: list[AgentAddress]
+) -> bool:
+    """Mark a run launched, or record why it was not: retried, requeued, or failed for good.
+
+    A refusal no retry can change (``AgentError.never_succeeds``: too large, a command the
+    agent cannot take) fails the job at once with the agent's words; before, it was sent
+    again at every poll and every requeue, a dozen refusals for one job.
+    """
+    from scheduling.services.jobs import RETRY_BUDGET, fail_job, requeue_job
 
     if not errors:
         done = Job.objects.filter(pk=plan.job_id, state=Job.State.RUNNING, agent_job_id=plan.agent_job_id).update(
@@ -686,24 +694,29 @@ def _record_launch(plan: LaunchPlan, errors: list[tuple[AgentAddress, str]], acc
         if job is None or job.state != Job.State.RUNNING or job.agent_job_id != plan.agent_job_id:
             return False
         now = timezone.now()
-        JobEvent.objects.create(
-            job=job,
-            at=now,
-            from_state=Job.State.RUNNING,
-            to_state=Job.State.RUNNING,
-            reason="LaunchFailed",
-            detail=f"run {plan.agent_job_id}: {text}"[:500],
-        )
-        since = job.started_at or now - timedelta(days=1)
-        failures = JobEvent.objects.filter(job=job, reason="LaunchFailed", at__gte=since).count()
-        if failures >= RETRY_BUDGET:
-            requeue_job(
-                job.pk,
-                reason="LaunchFailed",
-                detail=f"the agents refused run {plan.agent_job_id} {failures} times; last: {text}",
+        if any(error.never_succeeds for _, error in errors):
+            detail = f"run {plan.agent_job_id} refused for good, not retried: {text}"
+            fail_job(job.pk, reason="LaunchFailed", detail=detail, at=now)
+            stops = [Stop(a, plan.agent_job_id, EVICT_GRACE_S, "launch refused") for a in accepted]
+        else:
+            JobEvent.objects.create(
+                job=job,
                 at=now,
+                from_state=Job.State.RUNNING,
+                to_state=Job.State.RUNNING,
+                reason="LaunchFailed",
+                detail=f"run {plan.agent_job_id}: {text}"[:500],
             )
-            stops = [Stop(a, plan.agent_job_id, EVICT_GRACE_S, "launch given up") for a in accepted]
+            since = job.started_at or now - timedelta(days=1)
+            failures = JobEvent.objects.filter(job=job, reason="LaunchFailed", at__gte=since).count()
+            if failures >= RETRY_BUDGET:
+                requeue_job(
+                    job.pk,
+                    reason="LaunchFailed",
+                    detail=f"the agents refused run {plan.agent_job_id} {failures} times; last: {text}",
+                    at=now,
+                )
+                stops = [Stop(a, plan.agent_job_id, EVICT_GRACE_S, "launch given up") for a in accepted]
     stop_all(stops)
     return False
 

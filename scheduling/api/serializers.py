@@ -89,13 +89,41 @@ def job_representation(job: Job) -> dict[str, Any]:
     with ``select_related`` (or pass objects already in hand) to keep it query-free.
     tests/test_api_endpoints.py checks it against DRF's own field-by-field rendering.
     """
+    return _representation(job, "command", job.command)
+
+
+#: Characters of its command a job carries in a list; the job itself (``GET /jobs/{id}/``) has all of it.
+COMMAND_PREVIEW_CHARS = 200
+#: What the list query reads of a command instead of the whole text (one more, to know it was cut).
+COMMAND_HEAD = "command_head"
+
+
+def command_preview(text: str) -> str:
+    """The start of a command, ``…`` ending it when it was cut: at most ``COMMAND_PREVIEW_CHARS`` characters."""
+    if len(text) <= COMMAND_PREVIEW_CHARS:
+        return text
+    return text[: COMMAND_PREVIEW_CHARS - 1] + "…"
+
+
+def job_summary_representation(job: Job) -> dict[str, Any]:
+    """What :class:`JobSummarySerializer` answers: a job as a list shows it, ``command_preview`` for its command.
+
+    Lists carry what a list needs, so a page's bytes do not grow with what users put in
+    their commands. Takes the command's start from the list query's ``command_head``
+    annotation when there is one (the command itself is then not read at all), else from the job.
+    """
+    head = getattr(job, COMMAND_HEAD, None)
+    return _representation(job, "command_preview", command_preview(job.command if head is None else head))
+
+
+def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
     template = job.vnpu_template
     return {
         "id": job.pk,
         "name": job.name,
         "team": job.team.name,
         "submitter": job.submitter.username,
-        "command": job.command,
+        command_key: command,
         "priority_class": job.priority_class,
         "num_devices": job.num_devices,
         "vnpu_template": template.name if template is not None else None,
@@ -118,6 +146,25 @@ def job_representation(job: Job) -> dict[str, Any]:
     }
 
 
+class JobSummarySerializer(JobSerializer):
+    """A job as lists and job arrays' answers carry it: `command_preview` instead of the whole command."""
+
+    command_preview = serializers.SerializerMethodField(
+        help_text=f"The command's first characters (at most {COMMAND_PREVIEW_CHARS}, ending in … when cut); "
+        "the job itself has the whole command"
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [name if name != "command" else "command_preview" for name in JobSerializer.Meta.fields]
+        read_only_fields = fields
+
+    def get_command_preview(self, obj: Job) -> str:
+        return command_preview(obj.command)
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        return job_summary_representation(instance)
+
+
 class JobDetailSerializer(JobSerializer):
     allocations = AllocationSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
@@ -136,7 +183,7 @@ class JobSubmitSerializer(serializers.Serializer):
 
     team = serializers.CharField(required=False, help_text="Team name; optional when you belong to one team")
     name = serializers.CharField(max_length=200)
-    command = serializers.CharField()
+    command = serializers.CharField(help_text="At most NPUPORTAL_MAX_COMMAND_BYTES bytes of UTF-8 (default 64 KiB)")
     priority_class = serializers.CharField(required=False, allow_blank=True)
     num_devices = serializers.IntegerField(min_value=1, max_value=100000, default=1)
     vnpu_template = serializers.CharField(required=False, allow_blank=True, allow_null=True)
@@ -144,7 +191,10 @@ class JobSubmitSerializer(serializers.Serializer):
     estimated_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_DURATION_S, default=3600)
     max_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_DURATION_S, required=False, allow_null=True)
     array = serializers.IntegerField(
-        min_value=1, max_value=1000, required=False, help_text="Submit this many copies, like Slurm's --array=0-(N-1)"
+        min_value=1,
+        required=False,
+        help_text="Submit this many copies, like Slurm's --array=0-(N-1); at most NPUPORTAL_MAX_ARRAY (default 1000)"
+        " and NPUPORTAL_MAX_SUBMIT_BYTES of commands and names in all (default 8 MiB)",
     )
 
 

@@ -11,6 +11,7 @@ import django_filters
 from django import forms
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet, Subquery
+from django.db.models.functions import Substr
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
@@ -27,11 +28,15 @@ from quotas.api.errors import error_response, error_responses
 from quotas.api.serializers import json_safe
 from quotas.models import Team
 from scheduling.api.serializers import (
+    COMMAND_HEAD,
+    COMMAND_PREVIEW_CHARS,
     JobDetailSerializer,
     JobOutputSerializer,
     JobSerializer,
     JobSubmitSerializer,
+    JobSummarySerializer,
     job_representation,
+    job_summary_representation,
 )
 from scheduling.models import Job
 from scheduling.services import jobs as job_service
@@ -49,6 +54,15 @@ def visible_jobs(user: object) -> QuerySet[Job]:
     if getattr(user, "is_staff", False):
         return qs
     return qs.filter(team_id__in=job_service.teams_of(user))
+
+
+def list_columns(qs: QuerySet[Job]) -> QuerySet[Job]:
+    """Jobs as lists show them: every column but the command, of which only its start is read.
+
+    A command may be tens of KiB; a page of them would be read, held and sent whole for a
+    preview of one line. The page's rows stay the same rows in the same order.
+    """
+    return qs.defer("command").annotate(**{COMMAND_HEAD: Substr("command", 1, COMMAND_PREVIEW_CHARS + 1)})
 
 
 class JobPagination(KeysetPagination):
@@ -101,7 +115,8 @@ class JobFilterSet(django_filters.FilterSet):
 
 @extend_schema_view(
     list=extend_schema(
-        summary="Your teams' jobs (admins: all)", responses={200: JobSerializer, **error_responses(400, 401)}
+        summary="Your teams' jobs (admins: all); each with the start of its command (the job has all of it)",
+        responses={200: JobSummarySerializer, **error_responses(400, 401)},
     ),
     retrieve=extend_schema(
         summary="One job with its allocations and events",
@@ -120,6 +135,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         qs = visible_jobs(self.request.user).order_by(*JobPagination.ordering)
         if self.action == "retrieve":
             qs = qs.prefetch_related("allocations__device__node", "allocations__vnpu_template", "events")
+        elif self.action == "list":
+            qs = list_columns(qs)
         return qs
 
     def get_serializer_class(self) -> type:
@@ -127,6 +144,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return JobDetailSerializer
         if self.action == "create":
             return JobSubmitSerializer
+        if self.action == "list":
+            return JobSummarySerializer
         return JobSerializer
 
     @extend_schema(
@@ -137,12 +156,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 {
                     "oneOf": [
                         {"$ref": "#/components/schemas/Job"},
-                        {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+                        {"type": "array", "items": {"$ref": "#/components/schemas/JobSummary"}},
                     ]
                 },
-                description="The job; a list of jobs when `array` was given",
+                description="The job; when `array` was given, the list of its copies as lists carry jobs",
             ),
-            **error_responses(400, 401, 403),
+            **error_responses(400, 401, 403, 413),
         },
     )
     def create(self, request: Request) -> Response:
@@ -166,7 +185,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 jobs = job_service.submit_array(
                     team=team, user=request.user, spec=spec, count=data["array"], member_checked=True
                 )
-                body: Any = [job_representation(job) for job in jobs]
+                body: Any = [job_summary_representation(job) for job in jobs]
             else:
                 job = job_service.submit_job(team=team, user=request.user, spec=spec, member_checked=True)
                 body = job_representation(job)

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import F, Value
@@ -18,6 +19,7 @@ from django.utils import timezone
 
 from devices.models import Device, VnpuTemplate
 from npuportal import row_reads
+from npuportal.limits import in_words
 from quotas.models import Membership, Team
 from quotas.services import active_policy
 from scheduling.engine.feasibility import Request
@@ -97,10 +99,25 @@ def submission_team(user: AbstractBaseUser, name: str | None) -> Team:
     return teams[0]
 
 
-def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTemplate | None, int | None, str]:
-    """Check a spec against the cluster and the team's quota in force now.
+def _text_bytes(field_name: str, value: str) -> int:
+    """Bytes of ``value`` in UTF-8, as the database and the agent take it; NUL and lone surrogates refused.
 
-    Returns the priority class, vNPU template, max duration and chip model to store.
+    Neither PostgreSQL nor a process's arguments can hold them, so they are bad input here,
+    not a failure later in the database or on a node.
+    """
+    if "\x00" in value:
+        raise SubmissionError(field_name, "must not contain NUL characters")
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise SubmissionError(field_name, "must be valid text (it holds a lone surrogate)") from None
+
+
+def check_size(spec: JobSpec, count: int = 1) -> int:
+    """Refuse a submission larger than the limits (docs/api.md#limits) before anything is read or written.
+
+    ``count`` is the number of copies (a job array). Returns the bytes of one copy
+    (command and name). Settings are read at each call, so a deployment's limits apply at once.
     """
     if not isinstance(spec.name, str) or not spec.name.strip():
         raise SubmissionError("name", "must be a non-empty string")
@@ -108,6 +125,34 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
         raise SubmissionError("name", "must be at most 200 characters")
     if not isinstance(spec.command, str) or not spec.command.strip():
         raise SubmissionError("command", "must be a non-empty string")
+    command_bytes = _text_bytes("command", spec.command)
+    if command_bytes > settings.MAX_COMMAND_BYTES:
+        raise SubmissionError(
+            "command",
+            f"is {in_words(command_bytes)}; at most {in_words(settings.MAX_COMMAND_BYTES)} are allowed "
+            "(put a long script in a file on the cluster and run that)",
+        )
+    if count > settings.MAX_ARRAY:
+        raise SubmissionError("array", f"asks for {count:,} copies; at most {settings.MAX_ARRAY:,} in one array")
+    job_bytes = command_bytes + _text_bytes("name", spec.name)
+    if count * job_bytes > settings.MAX_SUBMIT_BYTES:
+        most = f"one submission may write at most {in_words(settings.MAX_SUBMIT_BYTES)}"
+        if count == 1:  # a limit set below the command's: the command is what to shorten
+            raise SubmissionError("command", f"with its name, the job is {in_words(job_bytes)}; {most}")
+        raise SubmissionError(
+            "array",
+            f"{count:,} copies of {job_bytes:,} bytes each (command and name) make {in_words(count * job_bytes)}; "
+            + most,
+        )
+    return job_bytes
+
+
+def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTemplate | None, int | None, str]:
+    """Check a spec against the cluster and the team's quota in force now.
+
+    Returns the priority class, vNPU template, max duration and chip model to store.
+    The sizes are checked by the callers (``check_size``), with the array's count.
+    """
     policy = active_policy().policy
     classes = {c.name for c in policy.priority_classes}
     pclass = spec.priority_class or policy.default_class.name
@@ -228,6 +273,7 @@ def submit_job(
     The job and its ``Submitted`` event are written atomically: in one statement
     on PostgreSQL (``job_insert``), in one transaction elsewhere.
     """
+    check_size(spec)
     if not member_checked and not can_act_for_team(user, team):
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
@@ -263,13 +309,15 @@ def submit_array(
     (``job_insert``), a transaction of bulk inserts elsewhere. The array id is
     ``A<id of its first job>``: unique without a lock, and it says where the array starts.
     """
-    if count < 1:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise SubmissionError("array", "must be a whole number >= 1")
+    # Sized before anything is built for the copies: the count itself may be the abuse.
+    check_size(replace(spec, name=spec.name if count == 1 else f"{spec.name}[{count - 1}]"), count)
     if not member_checked and not can_act_for_team(user, team):
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
     names = [spec.name] if count == 1 else [f"{spec.name}[{index}]" for index in range(count)]
-    pclass, template, max_s, chip = _validate(replace(spec, name=names[-1]), team, now)
+    pclass, template, max_s, chip = _validate(spec, team, now)
     if job_insert.available():
         # The database names and numbers the copies; the same rows as the path below.
         # ``name[i]`` stripped is the name stripped on the left, then ``[i]``.
@@ -461,6 +509,24 @@ def finish_job(
         detail=detail or f"exit code {exit_code}",
         exit_code=exit_code,
     )
+    return job
+
+
+@transaction.atomic
+def fail_job(job_id: int, *, reason: str, detail: str, at: datetime | None = None) -> Job | None:
+    """Fail a running job for good, with ``reason`` and ``detail`` in its event: no retry, no requeue.
+
+    For what no retry can change, such as a launch its agent refuses as too large:
+    requeued, it would only be refused again on every node it lands on.
+    """
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.state != Job.State.RUNNING:
+        return job
+    now = timezone.now()
+    at = min(at or now, now)
+    if job.started_at is not None:
+        at = max(at, job.started_at)
+    _end(job, Job.State.FAILED, at, reason=reason, detail=detail)
     return job
 
 

@@ -433,7 +433,26 @@ def test_other_bad_requests(agent: Agent) -> None:
     assert (status, reply["field"]) == (400, "grace")
     assert agent.job("g")["state"] == "running"  # the bad DELETE did not stop it
     status, reply = agent.call("POST", "/v1/jobs", raw=b"x" * (1024 * 1024 + 1))
-    assert status == 413
+    assert (status, reply["field"]) == (413, "body")
+
+
+def test_a_command_longer_than_one_program_argument_is_413_and_the_longest_one_runs(agents) -> None:
+    """What the kernel cannot pass to ``sh -c`` is refused as too large (final for the portal), not started."""
+    from devices.agent.jobs import MAX_COMMAND_BYTES
+
+    agent = agents()
+    longest = "echo ok #" + "x" * (MAX_COMMAND_BYTES - 9)
+    assert len(longest.encode()) == MAX_COMMAND_BYTES >= 131071
+    status, reply = agent.call("POST", "/v1/jobs", {"job_id": "long", "command": longest + "x", "devices": [0]})
+    assert (status, reply["field"]) == (413, "command"), reply
+    assert (
+        reply["error"]
+        == f"command is {MAX_COMMAND_BYTES + 1} bytes; a program takes at most {MAX_COMMAND_BYTES} in one argument"
+    )
+    assert agent.call("GET", "/v1/jobs")[1]["jobs"] == []
+    agent.launch("long", longest, [0])
+    done = agent.wait_state("long", "succeeded", "failed")
+    assert (done["state"], done["exit_code"]) == ("succeeded", 0), done
 
 
 # --------------------------------------------------------------------------------------------------
