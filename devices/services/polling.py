@@ -417,6 +417,7 @@ def _requeue(
     actions: Actions,
     *,
     skip_node: int | None = None,
+    reported_at: datetime | None = None,
 ) -> None:
     """Requeue a running job (retry budget applies) and stop it on every agent that can be reached."""
     from scheduling.services.jobs import requeue_job
@@ -425,7 +426,7 @@ def _requeue(
     if row is None:
         return
     addresses = [a for a in job_addresses(job_id) if a.node_id != skip_node]
-    requeue_job(job_id, reason=reason, detail=detail, at=at)
+    requeue_job(job_id, reason=reason, detail=detail, at=at, reported_at=reported_at)
     summary.requeued.append(job_id)
     stored, launched = row
     run_id = stored or (str(job_id) if launched else "")
@@ -462,13 +463,15 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
                 Job.objects.filter(pk=pk, state=Job.State.RUNNING).update(launched=True, agent_job_id=run_id)
             continue
         if state == "lost":
+            lost_at = _when(record.get("ended_at"))
             _requeue(
                 pk,
                 "LostOnAgent",
                 f"node {node.name} lost the process of run {run_id}: {record.get('reason') or 'no exit status'}",
-                _when(record.get("ended_at")) or timezone.now(),
+                lost_at or timezone.now(),
                 summary,
                 actions,
+                reported_at=lost_at,
             )
             continue
         if state not in {"succeeded", "failed", "killed"}:

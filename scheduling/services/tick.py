@@ -331,7 +331,8 @@ def _persist(
         Job.objects.filter(id=pre.job_id, state=Job.State.RUNNING, preempt_deadline__isnull=True).update(
             preempt_deadline=deadline, preempted_for=pre.for_job
         )
-        detail = pre.reason + (f" for job #{pre.for_job}" if pre.for_job else "")
+        # The job it is for is stored, not written into the detail: who may read which job
+        # it is depends on who reads (``scheduling.disclosure``).
         events.append(
             JobEvent(
                 job_id=pre.job_id,
@@ -339,7 +340,8 @@ def _persist(
                 from_state=Job.State.RUNNING,
                 to_state=Job.State.RUNNING,
                 reason="PreemptionScheduled",
-                detail=detail[:500],
+                detail=pre.reason[:500],
+                other_job_id=pre.for_job,
                 policy_version=version,
             )
         )
