@@ -158,10 +158,13 @@ def _dispatch(started: list[int], evicted: list[int]) -> None:
     from scheduling import tasks
 
     try:
-        for job_id in started:
-            tasks.launch_job.delay(job_id)
+        # Stops first; a launch does not count on it, though: before it is sent, whatever still
+        # runs on its devices is stopped and awaited (``polling.launch_many``), since workers run
+        # these tasks in any order.
         for job_id in evicted:
             tasks.stop_job.delay(job_id, "Preempted")
+        for job_id in started:
+            tasks.launch_job.delay(job_id)
     except Exception:
         log.warning("could not queue agent calls; the agent poll will retry", exc_info=True)
 
