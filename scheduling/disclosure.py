@@ -54,12 +54,16 @@ def other_job_text(viewer: Viewer, job_id: int | None, team_id: int | None, team
 def event_detail(event: JobEvent, viewer: Viewer) -> str:
     """The event's detail as ``viewer`` may read it: ``GuaranteeReclaim for a job of another team``.
 
+    A refused launch names the job whose run held the device the same way (``...; held by job #6``).
+
     Reads ``event.other_job.team``: load events with ``select_related("other_job__team")``.
     """
     if event.other_job_id is None:
         return event.detail
     other = event.other_job
     text = other_job_text(viewer, event.other_job_id, other.team_id, other.team.name)
+    if event.reason != "PreemptionScheduled":  # a launch refused: the job whose run held the device
+        return f"{event.detail}; held by {text}"
     return f"{event.detail} for {text}" if event.detail else f"for {text}"
 
 

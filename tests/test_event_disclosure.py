@@ -61,6 +61,10 @@ def reclaimed(demo, api, user_factory):
             "reclaim": reclaim}  # fmt: skip
 
 
+def _words(text: str, job: int) -> list[str]:
+    return [w for w in (f"job {job}", f"#{job}", "training") if w in text]
+
+
 def _leaks(text: str, reclaim: int) -> list[str]:
     return [word for word in (f"#{reclaim}", "research", SECRET, "zed-researcher") if word in text]
 
@@ -135,3 +139,24 @@ def test_completed_with_an_earlier_agent_end_time_is_still_last_and_shows_that_t
     rows = html[html.index('id="events"') :]
     assert rows.index("PreemptionScheduled") < rows.index("Completed")
     assert timezone.localtime(ended).strftime("%Y-%m-%d %H:%M:%S") in rows
+
+
+def test_a_refused_launch_does_not_name_the_other_teams_run_holding_the_device(reclaimed, api) -> None:
+    from devices.services.polling import scrub_holder
+
+    borrower, reclaim = reclaimed["borrower"], reclaimed["reclaim"]
+    refusal = f"ascend-a-01: POST /v1/jobs: HTTP 409 device 3 is in use by job {borrower}.1"
+    text, holder = scrub_holder(refusal)
+    assert (text, holder) == ("ascend-a-01: POST /v1/jobs: HTTP 409 device 3 is in use by another job", borrower)
+    assert scrub_holder("HTTP 409 device 3 is in use by job maintenance") == (
+        "HTTP 409 device 3 is in use by job maintenance", None)  # fmt: skip
+    JobEvent.objects.create(job_id=reclaim, at=timezone.now(), from_state="running", to_state="running",
+                            reason="LaunchFailed", detail=f"run {reclaim}.1: {text}", other_job_id=holder)  # fmt: skip
+
+    def detail(user) -> str:  # type: ignore[no-untyped-def]
+        events = api(user).get(f"/api/v1/jobs/{reclaim}/").json()["events"]
+        return next(e["detail"] for e in events if e["reason"] == "LaunchFailed")
+
+    assert detail(reclaimed["researcher"]).endswith(f"in use by another job; held by {ANOTHER_TEAM}")
+    assert _words(detail(reclaimed["researcher"]), borrower) == []
+    assert detail(reclaimed["admin"]).endswith(f"; held by job #{borrower} (team training)")

@@ -754,6 +754,22 @@ def launch(job_id: int) -> bool:
     return launch_many([job_id]).get(job_id, False)
 
 
+#: How an agent names the run holding a device it refused (``device 3 is in use by job 12.1``).
+_HOLDER = re.compile(r"\bin use by job ([0-9]+)(?:\.[0-9]+)?")
+
+
+def scrub_holder(text: str) -> tuple[str, int | None]:
+    """An agent's refusal without the run it names, and that run's job id when it is one of ours.
+
+    The run holding a device may be another team's job: the event keeps it as data
+    (``JobEvent.other_job``, named per reader by ``scheduling.disclosure``), the words say
+    "another job".
+    """
+    found = _HOLDER.search(text)
+    holder = int(found.group(1)) if found else None
+    return _HOLDER.sub("in use by another job", text), holder
+
+
 def _record_launch(plan: LaunchPlan, errors: list[tuple[AgentAddress, str]], accepted: list[AgentAddress]) -> bool:
     from scheduling.services.jobs import RETRY_BUDGET, requeue_job
 
@@ -764,6 +780,7 @@ def _record_launch(plan: LaunchPlan, errors: list[tuple[AgentAddress, str]], acc
         return bool(done)
     text = "; ".join(f"{a.name}: {e}" for a, e in errors)
     log.warning("launch of run %s failed: %s", plan.agent_job_id, text)
+    text, holder = scrub_holder(text)
     stops: list[Stop] = []
     with transaction.atomic():
         lock_cluster()
@@ -778,6 +795,7 @@ def _record_launch(plan: LaunchPlan, errors: list[tuple[AgentAddress, str]], acc
             to_state=Job.State.RUNNING,
             reason="LaunchFailed",
             detail=f"run {plan.agent_job_id}: {text}"[:500],
+            other_job_id=holder if holder is not None and Job.objects.filter(pk=holder).exists() else None,
         )
         since = job.started_at or now - timedelta(days=1)
         failures = JobEvent.objects.filter(job=job, reason="LaunchFailed", at__gte=since).count()
