@@ -266,10 +266,17 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
     _out("events:")
     _out(
         table(
-            ("AT", "FROM", "TO", "REASON", "DETAIL"),
+            ("RECORDED", "FROM", "TO", "REASON", "DETAIL", "REPORTED"),
             [
-                (when(e["at"], seconds=True), e["from_state"], e["to_state"], e["reason"], e["detail"])
-                for e in job["events"]
+                (
+                    when(e.get("recorded_at") or e["at"], seconds=True),
+                    e["from_state"],
+                    e["to_state"],
+                    e["reason"],
+                    e["detail"],
+                    when(e["reported_at"], seconds=True) if e.get("reported_at") else "",
+                )
+                for e in job["events"]  # in the order the portal recorded them
             ],
         )
     )

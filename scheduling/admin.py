@@ -12,9 +12,21 @@ class AllocationInline(admin.TabularInline):
 
 class JobEventInline(admin.TabularInline):
     model = JobEvent
+    fk_name = "job"
     extra = 0
     can_delete = False
-    readonly_fields = ("at", "from_state", "to_state", "reason", "detail", "actor", "policy_version")
+    readonly_fields = (
+        "recorded_at",
+        "at",
+        "reported_at",
+        "from_state",
+        "to_state",
+        "reason",
+        "detail",
+        "other_job",
+        "actor",
+        "policy_version",
+    )
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -79,10 +91,20 @@ class AllocationAdmin(admin.ModelAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(admin.ModelAdmin):
-    list_display = ("job", "at", "from_state", "to_state", "reason", "actor", "policy_version")
+    list_display = (
+        "job",
+        "recorded_at",
+        "at",
+        "from_state",
+        "to_state",
+        "reason",
+        "other_job",
+        "actor",
+        "policy_version",
+    )
     list_filter = ("to_state", "reason")
     search_fields = ("job__name", "detail")
-    list_select_related = ("job", "actor")
+    list_select_related = ("job", "actor", "other_job")
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False

@@ -212,20 +212,34 @@ def _history(teams: dict[str, Team], now: datetime) -> None:
             ended_at=end,
             exit_code=code,
         )
-        JobEvent.objects.create(job=job, at=submitted, to_state=Job.State.PENDING, reason="Submitted", actor=lead)
+        JobEvent.objects.create(
+            job=job, at=submitted, recorded_at=submitted, to_state=Job.State.PENDING, reason="Submitted", actor=lead
+        )
         if devices:
             JobEvent.objects.create(
-                job=job, at=start, from_state=Job.State.PENDING, to_state=Job.State.RUNNING, reason="Scheduled"
+                job=job,
+                at=start,
+                recorded_at=start,
+                from_state=Job.State.PENDING,
+                to_state=Job.State.RUNNING,
+                reason="Scheduled",
             )
             Allocation.objects.bulk_create(Allocation(job=job, device=d, start=start, end=end) for d in devices)
             JobEvent.objects.create(
                 job=job,
                 at=end,
+                recorded_at=end,
                 from_state=Job.State.RUNNING,
                 to_state=state,
                 reason="Completed" if code == 0 else "NonZeroExit",
             )
         else:
             JobEvent.objects.create(
-                job=job, at=end, from_state=Job.State.PENDING, to_state=state, reason="Cancelled", actor=lead
+                job=job,
+                at=end,
+                recorded_at=end,
+                from_state=Job.State.PENDING,
+                to_state=state,
+                reason="Cancelled",
+                actor=lead,
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from devices.models import Device, VnpuTemplate
 from quotas.models import Policy, Team
@@ -125,10 +126,32 @@ class Allocation(models.Model):
 
 
 class JobEvent(models.Model):
-    """Append-only history: every state change of a job with its reason."""
+    """Append-only history: every state change of a job with its reason.
+
+    A job's timeline is in the order the portal wrote its events (``recorded_at``, then id), which is
+    the order things were decided in. ``at`` is the time the change counts from (usage is charged up
+    to it); for a change an agent reported it may be earlier than what the portal did in between (an
+    agent's end time arrives with the next poll), so it is not the timeline's order. ``reported_at``
+    keeps the time the agent gave, as it gave it.
+
+    ``detail`` never names another job: the job an event concerns (the waiting job a preemption was
+    for) is ``other_job``, and each reader is told about it as they may know (``scheduling.disclosure``).
+    """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(db_index=True)
+    recorded_at = models.DateTimeField(default=timezone.now, help_text="When the portal wrote the event")
+    reported_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the node agent says it happened, for a change an agent reported"
+    )
+    other_job = models.ForeignKey(
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The other job the event concerns (the waiting job a preemption was for)",
+    )
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16)
     reason = models.CharField(max_length=40, blank=True)
@@ -137,7 +160,7 @@ class JobEvent(models.Model):
     policy_version = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
-        ordering = ["at", "id"]
+        ordering = ["recorded_at", "id"]
 
     def __str__(self) -> str:
         return f"{self.job}: {self.from_state or '-'} → {self.to_state} ({self.reason})"

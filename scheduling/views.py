@@ -16,6 +16,7 @@ from npuportal.api_pagination import InvalidCursor, Keyset
 from quotas.models import AuditEvent, Membership, Team
 from quotas.services import active_policy
 from scheduling.api.views import JobPagination, visible_jobs
+from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
 from scheduling.engine.policy import quota_at, zone
 from scheduling.forms import JobSubmitForm
 from scheduling.models import Allocation, Job
@@ -71,13 +72,16 @@ def job_list(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
     allocations = job.allocations.select_related("device__node", "vnpu_template")
+    viewer = Viewer.of(request.user)
+    events = [(event, event_detail(event, viewer)) for event in events_of(job)]
     return render(
         request,
         "job_detail.html",
         {
             "job": job,
             "allocations": allocations,
-            "events": job.events.all(),
+            "events": events,
+            "preempted_for": preempted_for_text(job, viewer) if job.preempt_deadline else "",
             "reason": reason_text(job.pending_reason) if job.pending_reason else "",
             "explain": _explain(job),
         },

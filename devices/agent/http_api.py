@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from devices.agent import AGENT_VERSION
 from devices.agent.backends import Backend
 from devices.agent.errors import ApiError
-from devices.agent.jobs import MAX_TAIL_LINES, JobManager, parse_grace, parse_stop_reason, utc_iso
+from devices.agent.jobs import MAX_TAIL_LINES, JobManager, parse_grace, parse_stop_reason, parse_wait, utc_iso
 from devices.agent.sim import SimBackend
 
 #: Largest request body read. It holds the longest command the portal sends (NPUPORTAL_MAX_COMMAND_BYTES is
@@ -212,7 +212,8 @@ class AgentHandler(BaseHTTPRequestHandler):
                 return 200, ctx.jobs.get(parts[2])
             grace = parse_grace(query.get("grace", [None])[-1], ctx.jobs.default_grace_s)
             reason = parse_stop_reason(query.get("reason", [None])[-1])
-            return 200, ctx.jobs.stop(parts[2], grace, reason)
+            wait = parse_wait(query.get("wait", [None])[-1])
+            return 200, ctx.jobs.stop(parts[2], grace, reason, wait)
         if len(parts) == 4 and parts[:2] == ["v1", "jobs"] and parts[3] == "log":
             allow("GET")
             offset = _query_int(query, "offset", maximum=2**62)

@@ -205,6 +205,27 @@ def parse_grace(value: str | None, default: float) -> float:
     return grace
 
 
+#: Longest ``?wait=`` a DELETE may give: the answer waits at most this long for the job to end.
+MAX_STOP_WAIT_S = 120.0
+
+
+def parse_wait(value: str | None) -> float:
+    """``?wait=`` on DELETE: seconds to hold the answer until the job has ended (default 0: answer now).
+
+    A caller about to start another job on the same devices asks for the stop to be confirmed:
+    the devices are free once the answer's state is no longer ``running`` or ``stopping``.
+    """
+    if value is None:
+        return 0.0
+    try:
+        wait = float(value)
+    except ValueError:
+        raise ApiError(400, "wait must be a number of seconds", "wait") from None
+    if not math.isfinite(wait) or not 0 <= wait <= MAX_STOP_WAIT_S:
+        raise ApiError(400, f"wait must be between 0 and {MAX_STOP_WAIT_S:g} seconds", "wait")
+    return wait
+
+
 #: Longest ``?reason=`` a DELETE may give (it is kept in the job record and shown as is).
 MAX_STOP_REASON = 200
 
@@ -520,10 +541,15 @@ class JobManager:
                         usage.setdefault(index, []).append(DeviceUse(job.job_id, job.pid, job.command, job.vnpu))
         return usage
 
-    def stop(self, raw_id: str, grace_s: float | None = None, reason: str = "cancelled") -> dict[str, Any]:
+    def stop(
+        self, raw_id: str, grace_s: float | None = None, reason: str = "cancelled", wait_s: float = 0.0
+    ) -> dict[str, Any]:
         """SIGTERM the job's process group now, SIGKILL after ``grace_s``; idempotent.
 
         ``reason`` is recorded with the first stop request (a later one may only shorten the grace).
+        ``wait_s`` > 0 answers only once the job has ended (its whole process group is gone and its
+        devices are free) or ``wait_s`` has passed, so a caller can confirm the stop before it
+        sends another job to those devices.
         """
         if not _JOB_ID_RE.fullmatch(raw_id):
             raise ApiError(404, f"no job {raw_id!r} on this node")
@@ -535,6 +561,13 @@ class JobManager:
             if job.state in RUNNING_STATES:
                 self._request_stop(job, grace, reason)
         self._wake.set()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if job.state not in RUNNING_STATES:
+                    break
+            self._wake.set()  # the monitor reaps it (and sends SIGKILL at the grace deadline)
+            time.sleep(min(_MONITOR_INTERVAL_S / 2, max(0.0, deadline - time.monotonic())))
         return self.describe(raw_id)
 
     # -- launching --------------------------------------------------------------------------------

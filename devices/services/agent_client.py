@@ -68,11 +68,14 @@ class AgentClient:
         self.headers = {"Authorization": f"Bearer {address.token}"}
         self.timeout = timeout if timeout is not None else settings.AGENT_TIMEOUT_S
 
-    def _call(self, method: str, path: str, json: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
+    def _call(
+        self, method: str, path: str, json: Any = None, ok: tuple[int, ...] = (200,), timeout: float | None = None
+    ) -> Any:
+        timeout = self.timeout if timeout is None else timeout
         try:
-            resp = requests.request(method, self.base + path, json=json, headers=self.headers, timeout=self.timeout)
+            resp = requests.request(method, self.base + path, json=json, headers=self.headers, timeout=timeout)
         except requests.Timeout as exc:
-            raise AgentError(f"{method} {path}: no answer within {self.timeout:g} s") from exc
+            raise AgentError(f"{method} {path}: no answer within {timeout:g} s") from exc
         except requests.RequestException as exc:
             raise AgentError(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
         if resp.status_code == 401:
@@ -127,17 +130,24 @@ class AgentClient:
         """Start a job; the agent answers 200 with the existing record when the id is known."""
         return self._call("POST", "/v1/jobs", json=payload, ok=(200, 201))
 
-    def stop(self, agent_job_id: str | int, grace_s: float = 10, reason: str = "") -> dict[str, Any] | None:
+    def stop(
+        self, agent_job_id: str | int, grace_s: float = 10, reason: str = "", wait_s: float = 0
+    ) -> dict[str, Any] | None:
         """SIGTERM now, SIGKILL after ``grace_s``; a job the agent does not know is fine (404).
 
         ``reason`` (why the portal stops it) goes into the agent's record of the job.
+        ``wait_s`` > 0 has the agent answer once the job has ended (or ``wait_s`` passed):
+        the call then takes that much longer than the usual timeout at most.
         """
         query = f"grace={grace_s:g}"
+        if wait_s > 0:
+            query += f"&wait={wait_s:g}"
         # One printable line no longer than the agent accepts: a stop is never refused for its words.
         words = " ".join("".join(c if c.isprintable() else " " for c in reason).split())[:MAX_STOP_REASON]
         if words:
             query += f"&reason={quote(words, safe='')}"
-        return self._call("DELETE", f"/v1/jobs/{quote(str(agent_job_id), safe='')}?{query}", ok=(200, 404))
+        path = f"/v1/jobs/{quote(str(agent_job_id), safe='')}?{query}"
+        return self._call("DELETE", path, ok=(200, 404), timeout=self.timeout + max(0.0, wait_s))
 
     def inject_fault(self, device: int, kind: str) -> dict[str, Any]:
         """Simulated backend only: ``ecc``, ``overheat``, ``lost`` or ``recover``."""

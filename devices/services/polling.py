@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 CANCEL_GRACE_S = 10.0
 #: Grace when the portal takes devices back: failed device, preemption after its grace, walltime, stale runs.
 EVICT_GRACE_S = 5.0
+#: How much longer than a stopped run's grace a launch waits for it to be gone (the SIGKILL, the reaping).
+VACATE_MARGIN_S = 3.0
 #: Most agents called at once.
 MAX_PARALLEL = 16
 #: Agent job states in which the job still holds its devices.
@@ -421,6 +423,7 @@ def _requeue(
     actions: Actions,
     *,
     skip_node: int | None = None,
+    reported_at: datetime | None = None,
 ) -> None:
     """Requeue a running job (retry budget applies) and stop it on every agent that can be reached."""
     from scheduling.services.jobs import requeue_job
@@ -429,7 +432,7 @@ def _requeue(
     if row is None:
         return
     addresses = [a for a in job_addresses(job_id) if a.node_id != skip_node]
-    requeue_job(job_id, reason=reason, detail=detail, at=at)
+    requeue_job(job_id, reason=reason, detail=detail, at=at, reported_at=reported_at)
     summary.requeued.append(job_id)
     stored, launched = row
     run_id = stored or (str(job_id) if launched else "")
@@ -466,13 +469,15 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
                 Job.objects.filter(pk=pk, state=Job.State.RUNNING).update(launched=True, agent_job_id=run_id)
             continue
         if state == "lost":
+            lost_at = _when(record.get("ended_at"))
             _requeue(
                 pk,
                 "LostOnAgent",
                 f"node {node.name} lost the process of run {run_id}: {record.get('reason') or 'no exit status'}",
-                _when(record.get("ended_at")) or timezone.now(),
+                lost_at or timezone.now(),
                 summary,
                 actions,
+                reported_at=lost_at,
             )
             continue
         if state not in {"succeeded", "failed", "killed"}:
@@ -649,9 +654,93 @@ def _send(item: tuple[AgentAddress, dict[str, Any]]) -> AgentError | None:
     return None
 
 
+def _expected_runs(node_id: int) -> set[str]:
+    """Agent job ids the database has running on a node: its running jobs' current runs, as stored too."""
+    rows = list(Job.objects.filter(pk__in=_running_jobs_on(node_id)).values_list("pk", "launched", "agent_job_id"))
+    attempts = current_attempts(pk for pk, _, _ in rows)
+    expected: set[str] = set()
+    for pk, launched, stored in rows:
+        expected.add(agent_job_id(pk, attempts[pk]))
+        if stored:
+            expected.add(stored)
+        elif launched:
+            expected.add(str(pk))
+    return expected
+
+
+def _why_stopped(run_id: str) -> str:
+    """The reason of the last event of the job a stale run belongs to (``Preempted``, ``Cancelled``...)."""
+    job_id = int(run_id.split(".", 1)[0])
+    reason = JobEvent.objects.filter(job_id=job_id).order_by("-recorded_at", "-id").values_list("reason", flat=True)
+    return reason.first() or "its devices go to another job"
+
+
+def vacate(plans: Sequence[LaunchPlan]) -> list[str]:
+    """Stop the runs an agent still has on the devices these launches need, and wait until they are gone.
+
+    A tick that starts a job on the devices of a job it evicted (or that was cancelled,
+    failed or killed at its walltime) queues the victim's stop and the new job's launch
+    as separate tasks, which several workers run in any order; and a stopped job holds
+    its devices until its whole process group has exited, up to its grace period. A
+    launch sent meanwhile is refused (``HTTP 409 device N is in use``). So before a
+    launch is sent, each of its agents is asked what it runs: a run on one of the
+    launch's devices that the database does not have running on that node is stopped,
+    and the stop is awaited (``DELETE ...?wait=``) until the agent says it has ended.
+    The stop a victim's own task sends is the same request, so whichever comes first,
+    it is stopped once. Returns ``"<node>:<run>"`` of what was stopped here.
+    """
+    wanted: dict[AgentAddress, set[int]] = defaultdict(set)
+    for plan in plans:
+        for address, payload in plan.targets:
+            wanted[address].update(d for d in payload.get("devices", ()) if isinstance(d, int))
+    addresses = [a for a in wanted if wanted[a]]
+
+    def listing(address: AgentAddress) -> list[dict[str, Any]] | None:
+        try:
+            return AgentClient(address).jobs()
+        except AgentError as exc:  # the launch is sent all the same; a refusal is retried by the poll
+            log.info("could not ask %s what it runs before a launch: %s", address.name, exc)
+            return None
+
+    stops: list[Stop] = []
+    for address, records in zip(addresses, parallel(listing, addresses), strict=True):
+        if not records:
+            continue
+        expected: set[str] | None = None
+        for record in records:
+            run_id = str(record.get("job_id"))
+            if record.get("state") not in AGENT_RUNNING or not PORTAL_JOB_ID.fullmatch(run_id):
+                continue
+            held = {d for d in record.get("devices") or () if isinstance(d, int)}
+            if not held & wanted[address]:
+                continue
+            expected = _expected_runs(address.node_id) if expected is None else expected
+            if run_id not in expected:
+                why = _why_stopped(run_id)
+                stops.append(Stop(address, run_id, CANCEL_GRACE_S if why == "Cancelled" else EVICT_GRACE_S, why))
+
+    def confirm(item: Stop) -> str:
+        try:
+            record = AgentClient(item.address).stop(
+                item.agent_job_id, grace_s=item.grace_s, reason=item.why, wait_s=item.grace_s + VACATE_MARGIN_S
+            )
+        except AgentError as exc:
+            log.warning("could not stop run %s on %s before a launch: %s", item.agent_job_id, item.address.name, exc)
+            return ""
+        if record is not None and record.get("state") in AGENT_RUNNING:
+            log.warning("run %s on %s has not ended yet; launching anyway", item.agent_job_id, item.address.name)
+        return f"{item.address.name}:{item.agent_job_id}"
+
+    return [done for done in parallel(confirm, stops) if done]
+
+
 def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
-    """Send running jobs to their agents (idempotent per attempt); ``{job id: accepted by every agent}``."""
+    """Send running jobs to their agents (idempotent per attempt); ``{job id: accepted by every agent}``.
+
+    Whatever still runs on their devices is stopped first, and awaited (:func:`vacate`).
+    """
     plans = [p for p in (_prepare_launch(j) for j in job_ids) if p is not None]
+    vacate(plans)
     sends = [(plan, target) for plan in plans for target in plan.targets]
     answers = parallel(_send, [target for _, target in sends])
     errors: dict[int, list[tuple[AgentAddress, AgentError]]] = defaultdict(list)
@@ -667,6 +756,22 @@ def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
 def launch(job_id: int) -> bool:
     """Send one running job to its node agents; ``True`` when every agent has it."""
     return launch_many([job_id]).get(job_id, False)
+
+
+#: How an agent names the run holding a device it refused (``device 3 is in use by job 12.1``).
+_HOLDER = re.compile(r"\bin use by job ([0-9]+)(?:\.[0-9]+)?")
+
+
+def scrub_holder(text: str) -> tuple[str, int | None]:
+    """An agent's refusal without the run it names, and that run's job id when it is one of ours.
+
+    The run holding a device may be another team's job: the event keeps it as data
+    (``JobEvent.other_job``, named per reader by ``scheduling.disclosure``), the words say
+    "another job".
+    """
+    found = _HOLDER.search(text)
+    holder = int(found.group(1)) if found else None
+    return _HOLDER.sub("in use by another job", text), holder
 
 
 def _record_launch(
@@ -687,6 +792,7 @@ def _record_launch(
         return bool(done)
     text = "; ".join(f"{a.name}: {e}" for a, e in errors)
     log.warning("launch of run %s failed: %s", plan.agent_job_id, text)
+    text, holder = scrub_holder(text)
     stops: list[Stop] = []
     with transaction.atomic():
         lock_cluster()
@@ -706,6 +812,7 @@ def _record_launch(
                 to_state=Job.State.RUNNING,
                 reason="LaunchFailed",
                 detail=f"run {plan.agent_job_id}: {text}"[:500],
+                other_job_id=holder if holder is not None and Job.objects.filter(pk=holder).exists() else None,
             )
             since = job.started_at or now - timedelta(days=1)
             failures = JobEvent.objects.filter(job=job, reason="LaunchFailed", at__gte=since).count()

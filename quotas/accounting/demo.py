@@ -145,11 +145,25 @@ def _last_month_history(start: datetime, end: datetime, now: datetime) -> None:
         )
         JobEvent.objects.bulk_create(
             [
-                JobEvent(job=job, at=submitted, to_state=Job.State.PENDING, reason="Submitted", actor=lead),
                 JobEvent(
-                    job=job, at=begin, from_state=Job.State.PENDING, to_state=Job.State.RUNNING, reason="Scheduled"
+                    job=job,
+                    at=submitted,
+                    recorded_at=submitted,
+                    to_state=Job.State.PENDING,
+                    reason="Submitted",
+                    actor=lead,
                 ),
-                JobEvent(job=job, at=stop, from_state=Job.State.RUNNING, to_state=state, reason=reason),
+                JobEvent(
+                    job=job,
+                    at=begin,
+                    recorded_at=begin,
+                    from_state=Job.State.PENDING,
+                    to_state=Job.State.RUNNING,
+                    reason="Scheduled",
+                ),
+                JobEvent(
+                    job=job, at=stop, recorded_at=stop, from_state=Job.State.RUNNING, to_state=state, reason=reason
+                ),
             ]
         )
         Allocation.objects.bulk_create(

@@ -5,6 +5,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.reason_text import reason_text
 from scheduling.services.jobs import MAX_DURATION_S
@@ -22,10 +23,26 @@ class AllocationSerializer(serializers.ModelSerializer):
 
 
 class JobEventSerializer(serializers.ModelSerializer):
+    """One event of a job's timeline; ``detail`` is worded for the reader (``scheduling.disclosure``)."""
+
+    detail = serializers.SerializerMethodField()
+
     class Meta:
         model = JobEvent
-        fields = ["at", "from_state", "to_state", "reason", "detail", "policy_version"]
+        fields = ["recorded_at", "at", "reported_at", "from_state", "to_state", "reason", "detail", "policy_version"]
         read_only_fields = fields
+        extra_kwargs = {
+            "recorded_at": {"help_text": "When the portal recorded it; a job's events are in this order"},
+            "at": {"help_text": "When the change took effect (usage is charged up to it)"},
+            "reported_at": {"help_text": "The time the node agent reported for it, when it came from an agent"},
+        }
+
+    def get_detail(self, obj: JobEvent) -> str:
+        viewer = self.context.get("viewer")
+        if viewer is None:
+            request = self.context.get("request")
+            viewer = self.context["viewer"] = Viewer.of(getattr(request, "user", None))
+        return event_detail(obj, viewer)
 
 
 class JobSerializer(serializers.ModelSerializer):

@@ -10,7 +10,7 @@ from typing import Any
 import django_filters
 from django import forms
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet, Subquery
+from django.db.models import Prefetch, QuerySet, Subquery
 from django.db.models.functions import Substr
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
@@ -38,7 +38,7 @@ from scheduling.api.serializers import (
     job_representation,
     job_summary_representation,
 )
-from scheduling.models import Job
+from scheduling.models import Job, JobEvent
 from scheduling.services import jobs as job_service
 from scheduling.services import output as output_service
 
@@ -134,7 +134,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return Job.objects.none()
         qs = visible_jobs(self.request.user).order_by(*JobPagination.ordering)
         if self.action == "retrieve":
-            qs = qs.prefetch_related("allocations__device__node", "allocations__vnpu_template", "events")
+            events = Prefetch("events", queryset=JobEvent.objects.select_related("other_job__team"))
+            qs = qs.prefetch_related("allocations__device__node", "allocations__vnpu_template", events)
         elif self.action == "list":
             qs = list_columns(qs)
         return qs

@@ -450,6 +450,7 @@ def _end(
     detail: str = "",
     actor: AbstractBaseUser | None = None,
     exit_code: int | None = None,
+    reported_at: datetime | None = None,
 ) -> None:
     old = job.state
     # Never before an allocation's start, even when ``now`` is a failure time in the past.
@@ -476,7 +477,14 @@ def _end(
         ]
     )
     JobEvent.objects.create(
-        job=job, at=now, from_state=old, to_state=state, reason=reason, detail=detail[:500], actor=actor
+        job=job,
+        at=now,
+        reported_at=reported_at,
+        from_state=old,
+        to_state=state,
+        reason=reason,
+        detail=detail[:500],
+        actor=actor,
     )
 
 
@@ -494,6 +502,11 @@ def finish_job(
     Exit code 0 completes the job; anything else (a non-zero status, a negative
     one for a signal, none at all) fails it. ``reason`` overrides the event's
     reason (``Walltime``, ``Killed``); any reason but ``Completed`` fails the job.
+
+    The event is recorded now, after whatever the portal did while the end was on
+    its way (a preemption scheduled, say), so the timeline keeps that order; the
+    agent's end time is its ``reported_at``, and ``at`` (where usage stops) is that
+    time, never in the future nor before the start.
     """
     job = Job.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.state != Job.State.RUNNING:
@@ -508,6 +521,7 @@ def finish_job(
         reason=reason,
         detail=detail or f"exit code {exit_code}",
         exit_code=exit_code,
+        reported_at=ended_at,
     )
     return job
 
@@ -532,13 +546,20 @@ def fail_job(job_id: int, *, reason: str, detail: str, at: datetime | None = Non
 
 @transaction.atomic
 def requeue_job(
-    job_id: int, *, reason: str, detail: str = "", count_retry: bool = True, at: datetime | None = None
+    job_id: int,
+    *,
+    reason: str,
+    detail: str = "",
+    count_retry: bool = True,
+    at: datetime | None = None,
+    reported_at: datetime | None = None,
 ) -> Job | None:
     """Take a running job off its devices and queue it again, keeping its submit time.
 
     Usage is charged only up to ``at`` (the failure time; default now, never
     before the job started): the allocations close there. A job that has used
     up its retry budget fails instead, so a broken job cannot loop forever.
+    ``reported_at`` is the time an agent gave for the failure, kept on the event.
     """
     job = Job.objects.select_for_update().filter(pk=job_id).first()
     if job is None or job.state != Job.State.RUNNING:
@@ -548,7 +569,14 @@ def requeue_job(
     if job.started_at is not None:
         at = max(at, job.started_at)
     if count_retry and job.retries >= RETRY_BUDGET:
-        _end(job, Job.State.FAILED, at, reason=reason, detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up")
+        _end(
+            job,
+            Job.State.FAILED,
+            at,
+            reason=reason,
+            detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up",
+            reported_at=reported_at,
+        )
         return job
     Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(at)))
     job.state = Job.State.PENDING
@@ -573,6 +601,12 @@ def requeue_job(
         ]
     )
     JobEvent.objects.create(
-        job=job, at=at, from_state=Job.State.RUNNING, to_state=Job.State.PENDING, reason=reason, detail=detail[:500]
+        job=job,
+        at=at,
+        reported_at=reported_at,
+        from_state=Job.State.RUNNING,
+        to_state=Job.State.PENDING,
+        reason=reason,
+        detail=detail[:500],
     )
     return job

@@ -158,10 +158,13 @@ def _dispatch(started: list[int], evicted: list[int]) -> None:
     from scheduling import tasks
 
     try:
-        for job_id in started:
-            tasks.launch_job.delay(job_id)
+        # Stops first; a launch does not count on it, though: before it is sent, whatever still
+        # runs on its devices is stopped and awaited (``polling.launch_many``), since workers run
+        # these tasks in any order.
         for job_id in evicted:
             tasks.stop_job.delay(job_id, "Preempted")
+        for job_id in started:
+            tasks.launch_job.delay(job_id)
     except Exception:
         log.warning("could not queue agent calls; the agent poll will retry", exc_info=True)
 
@@ -331,7 +334,8 @@ def _persist(
         Job.objects.filter(id=pre.job_id, state=Job.State.RUNNING, preempt_deadline__isnull=True).update(
             preempt_deadline=deadline, preempted_for=pre.for_job
         )
-        detail = pre.reason + (f" for job #{pre.for_job}" if pre.for_job else "")
+        # The job it is for is stored, not written into the detail: who may read which job
+        # it is depends on who reads (``scheduling.disclosure``).
         events.append(
             JobEvent(
                 job_id=pre.job_id,
@@ -339,7 +343,8 @@ def _persist(
                 from_state=Job.State.RUNNING,
                 to_state=Job.State.RUNNING,
                 reason="PreemptionScheduled",
-                detail=detail[:500],
+                detail=pre.reason[:500],
+                other_job_id=pre.for_job,
                 policy_version=version,
             )
         )

@@ -348,6 +348,28 @@ def test_delete_escalates_to_sigkill_after_grace(agent: Agent) -> None:
     assert done["exit_code"] == -signal.SIGKILL
 
 
+def test_delete_with_wait_answers_once_the_job_is_gone_and_its_device_is_free(agent: Agent) -> None:
+    """What the portal asks before it sends another job to the device: the stop, confirmed."""
+    agent.launch("leaving", "trap 'sleep 0.8; exit 0' TERM; echo ready; sleep 60 & wait", [1])
+    wait_for(lambda: agent.job("leaving")["output_tail"] == ["ready"])
+    t0 = time.monotonic()
+    status, reply = agent.call("DELETE", "/v1/jobs/leaving?grace=5&wait=8&reason=Preempted")
+    assert status == 200 and reply["state"] == "killed" and reply["exit_code"] == 0
+    assert 0.7 <= time.monotonic() - t0 < 4, "it waited for the job to leave, not for the grace period"
+    assert agent.launch("next", "true", [1])["state"] in ("running", "succeeded")  # no 409: the device is free
+    # Bounded by ``wait``: a job that outlives it is answered as still stopping.
+    agent.launch("stubborn", "trap '' TERM; echo ready; sleep 60", [2])
+    wait_for(lambda: agent.job("stubborn")["output_tail"] == ["ready"])
+    t0 = time.monotonic()
+    assert agent.call("DELETE", "/v1/jobs/stubborn?grace=30&wait=0.3")[1]["state"] == "stopping"
+    assert time.monotonic() - t0 < 2
+    for bad in ("soon", "-1", "121", "nan"):
+        status, reply = agent.call("DELETE", f"/v1/jobs/stubborn?wait={bad}")
+        assert (status, reply["field"]) == (400, "wait"), bad
+    agent.call("DELETE", "/v1/jobs/stubborn?grace=0&wait=5")
+    assert agent.job("stubborn")["state"] == "killed"
+
+
 def test_walltime_is_enforced(agent: Agent) -> None:
     agent.launch("wall", "sleep 30", [6], max_duration_s=0.5)
     done = agent.wait_state("wall", "killed", timeout=6)
