@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0006_job_preempted_for'),
+        ('scheduling', '0009_job_event_recorded_at_required'),
     ]
 
     operations = [
