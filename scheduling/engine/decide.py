@@ -54,6 +54,11 @@ decisions.
       the cards it will take; it waits with ``Resources``. Later blocked jobs
       wait with ``Resources`` (backfill on) or ``Priority`` (off).
 
+5. **Never runnable** (:mod:`feasibility`): a job left waiting for its team's
+   limits or its shape that no schedule of the policy and no state of the
+   inventory would ever let run waits with ``NeverRunnable`` ("cannot run
+   under the current policy: ..."), not a reason that sounds temporary.
+
 Quota reasons never block the jobs behind: a job stopped by its own team's
 limits holds no place (Slurm does the same with association limits).
 """
@@ -71,6 +76,7 @@ from scheduling.engine import reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import user_factors
+from scheduling.engine.feasibility import mark_never_runnable
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
@@ -178,7 +184,9 @@ def decide(snapshot: Snapshot) -> Decisions:
     if enabled:
         gc.disable()
     try:
-        return Tick(snapshot).run()
+        decisions = Tick(snapshot).run()
+        mark_never_runnable(snapshot, decisions)  # step 5: a wait that can never end says so
+        return decisions
     finally:
         if enabled:
             gc.enable()

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from scheduling.engine import reasons
-from scheduling.engine.capacity import ClusterState
+from scheduling.engine.capacity import Chip, Layout
 from scheduling.engine.placement import Need, need_of_key
 from scheduling.engine.policy import DEVICES, Policy, Quota, TeamPolicy, chip_resource, merge_quota
-from scheduling.engine.snapshot import DeviceState, NodeState, Snapshot, VnpuTemplate
+from scheduling.engine.snapshot import Decisions, DeviceState, JobState, NodeState, Snapshot, VnpuTemplate, Wait
 
 #: The wait reason of a job that can no longer run (after a policy or inventory change).
-NEVER_RUNNABLE = "NeverRunnable"
+NEVER_RUNNABLE = reasons.NEVER_RUNNABLE
 #: Any fixed time: the shape check reads no clock.
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -73,44 +73,64 @@ def quota_variants(team: TeamPolicy) -> list[Quota]:
     return out
 
 
-def shape_chips(
-    policy: Policy,
-    nodes: Sequence[NodeState],
-    templates: Mapping[tuple[str, str], VnpuTemplate],
-    chip_model: str | None,
-    template: str | None,
-    n: int,
-) -> tuple[dict[str, float], str | None, str]:
-    """Chip models the shape fits with all the inventory healthy: ``({chip: units}, reason, detail)``.
+class Shapes:
+    """Which chip models each request shape fits with the whole inventory healthy (one layout, answers kept).
 
-    Uses :mod:`placement`'s own rules on the inventory with every card usable,
-    so "fits some day" means exactly what the tick would place.
+    Uses :mod:`placement`'s own rules on the inventory with every card usable, so "fits some
+    day" means exactly what the tick would place. :meth:`close` hands the layout back.
     """
-    whole = [
-        NodeState(
-            node.name,
-            [
-                DeviceState(
-                    d.id, d.node, d.index, d.chip_model, d.topology_group, d.hbm_mb, d.ai_cores, d.ai_cpus, True
-                )
-                for d in node.devices
-            ],
-        )
-        for node in nodes
-    ]
-    snapshot = Snapshot(now=_EPOCH, policy=policy, nodes=whole, pending=[], running=[], templates=templates)
-    state = ClusterState(snapshot, "binpack", 0.0)
-    try:
-        cache: dict[tuple, Need] = {}
-        need = need_of_key(state, (chip_model, template, n), cache)
+
+    def __init__(
+        self, policy: Policy, nodes: Sequence[NodeState], templates: Mapping[tuple[str, str], VnpuTemplate]
+    ) -> None:
+        whole = [
+            NodeState(
+                node.name,
+                [
+                    DeviceState(
+                        d.id, d.node, d.index, d.chip_model, d.topology_group, d.hbm_mb, d.ai_cores, d.ai_cpus, True
+                    )
+                    for d in node.devices
+                ],
+            )
+            for node in nodes
+        ]
+        # A layout of its own, outside the tick's cache of layouts (``Layout.get``): it is of
+        # the whole inventory healthy, which no tick schedules on.
+        self._state: _Laid | None = _Laid(Layout(whole, None).chips, templates)
+        self._cache: dict[tuple, Need] = {}
+        self._answers: dict[tuple, tuple[dict[str, float], str | None, str]] = {}
+
+    def fit(self, chip_model: str | None, template: str | None, n: int) -> tuple[dict[str, float], str | None, str]:
+        """``({chip model: device units}, reason, detail)``; no chip models when it fits none."""
+        key = (chip_model, template, n)
+        found = self._answers.get(key)
+        if found is not None:
+            return found
+        state = self._state
+        assert state is not None, "Shapes used after close()"
+        need = need_of_key(state, key, self._cache)  # type: ignore[arg-type]  # reads chips and templates only
         detail = need.detail
         if not need.units and chip_model is None and len(state.chips) > 1:
             # Say why for each chip model, not only the first one tried.
-            each = [f"{name}: {need_of_key(state, (name, template, n), cache).detail}" for name in state.chips]
+            each = [
+                f"{name}: {need_of_key(state, (name, template, n), self._cache).detail}"  # type: ignore[arg-type]
+                for name in state.chips
+            ]
             detail = "no chip model fits it (" + "; ".join(each) + ")"
-        return dict(need.units), need.reason, detail
-    finally:
-        state.release()
+        found = self._answers[key] = (dict(need.units), need.reason, detail)
+        return found
+
+    def close(self) -> None:
+        self._state = None
+
+
+@dataclass
+class _Laid:
+    """What :func:`placement.need_of_key` reads of a cluster state: the chip layouts and the templates."""
+
+    chips: dict[str, Chip]
+    templates: Mapping[tuple[str, str], VnpuTemplate]
 
 
 def never_runnable(
@@ -120,9 +140,18 @@ def never_runnable(
     templates: Mapping[tuple[str, str], VnpuTemplate],
 ) -> Impossible | None:
     """Why ``request`` can never run under ``policy`` on ``nodes``; ``None`` if some day it can."""
-    units, reason, detail = shape_chips(
-        policy, nodes, templates, request.chip_model, request.vnpu_template, request.num_devices
-    )
+    shapes = Shapes(policy, nodes, templates)
+    try:
+        return check(policy, request, shapes)
+    finally:
+        shapes.close()
+
+
+def check(policy: Policy, request: Request, shapes: Shapes) -> Impossible | None:
+    """:func:`never_runnable` with the inventory's shapes already laid out (many questions, one layout)."""
+    units, reason, detail = shapes.fit(request.chip_model, request.vnpu_template, request.num_devices)
+    if units:
+        return quota_check(policy, request, units)
     if not units:
         if request.vnpu_template:
             blame = "vnpu_template"
@@ -131,6 +160,11 @@ def never_runnable(
         else:
             blame = "num_devices"
         return Impossible(blame, detail or reasons.describe(reason or reasons.TOPOLOGY))
+    return None
+
+
+def quota_check(policy: Policy, request: Request, units: Mapping[str, float]) -> Impossible | None:
+    """Whether the team's quota refuses ``request`` under every schedule, given the units it takes per chip model."""
     variants = quota_variants(policy.team(request.team))
     pclass = policy.resolve_class(request.priority_class).name
     if all(q.allowed_priority_classes is not None and pclass not in q.allowed_priority_classes for q in variants):
@@ -179,3 +213,85 @@ def never_runnable(
 
 def _num(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
+
+
+#: Waiting reasons that may hide a job that can never run: the team's own limits, which read as
+#: "for now". (A shape no server offers already waits with ``Topology`` or ``ChipModelUnavailable``,
+#: which say so.) Only jobs waiting for one of these are checked after a tick, so a tick of jobs
+#: waiting for capacity pays nothing.
+SUSPECT_REASONS = frozenset(
+    {
+        reasons.QUOTA_CLASS_NOT_ALLOWED,
+        reasons.QUOTA_MAX_DURATION,
+        reasons.MONTHLY_BUDGET_EXHAUSTED,
+        reasons.QUOTA_MAX_DEVICES,
+    }
+)
+
+
+def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
+    """The pipeline's last step: a job its team's limits stop under every schedule waits with ``NeverRunnable``.
+
+    A job accepted at submission can become impossible when the policy changes (its team's
+    max lowered, a class taken away): its wait then says so, with the reason, instead of a
+    quota reason that reads "for now", and the console offers to cancel it. Only jobs waiting
+    for their team's limits are looked at (a tick of jobs waiting for cards pays nothing), and
+    each shape is checked once. Returns how many jobs were marked.
+    """
+    waiting = decisions.waiting
+    suspects = [
+        job for job in snapshot.pending if (w := waiting.get(job.id)) is not None and w.reason in SUSPECT_REASONS
+    ]
+    if not suspects:
+        return 0
+    cores: dict[str, int] = {}  # chip model -> most AI cores of one card (a slice's share of a card)
+    for node in snapshot.nodes:
+        for dev in node.devices:
+            if dev.ai_cores > cores.get(dev.chip_model, -1):
+                cores[dev.chip_model] = dev.ai_cores
+    verdicts: dict[tuple, Wait | None] = {}
+    marked = 0
+    for job in suspects:
+        key = (
+            job.team,
+            job.chip_model,
+            job.vnpu_template,
+            job.num_devices,
+            job.priority_class,
+            job.max_duration_s,
+            job.estimated_duration_s,
+        )
+        if key not in verdicts:
+            verdicts[key] = _verdict(snapshot, job, cores)
+        verdict = verdicts[key]
+        if verdict is not None:
+            waiting[job.id] = verdict
+            marked += 1
+    return marked
+
+
+def _verdict(snapshot: Snapshot, job: JobState, cores: Mapping[str, int]) -> Wait | None:
+    chips = [job.chip_model] if job.chip_model else list(cores)
+    units: dict[str, float] = {}
+    for chip in chips:
+        if chip not in cores:
+            continue
+        if job.vnpu_template is None:
+            units[chip] = float(job.num_devices)
+        else:
+            tmpl = snapshot.templates.get((chip, job.vnpu_template))
+            if tmpl is not None:
+                units[chip] = tmpl.ai_cores / max(1, cores[chip])
+    if not units:
+        return None  # the shape's own reasons (Topology, ChipModelUnavailable) say it already
+    request = Request(
+        team=job.team,
+        num_devices=job.num_devices,
+        chip_model=job.chip_model,
+        vnpu_template=job.vnpu_template,
+        priority_class=job.priority_class,
+        duration_s=float(job.max_duration_s or job.estimated_duration_s),
+        estimated_duration_s=float(job.estimated_duration_s),
+    )
+    found = quota_check(snapshot.policy, request, units)
+    return None if found is None else Wait(NEVER_RUNNABLE, f"cannot run under the current policy: {found.reason}")

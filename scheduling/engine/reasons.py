@@ -23,6 +23,7 @@ TOPOLOGY: Final = "Topology"
 PREEMPTION_GRACE: Final = "PreemptionGrace"
 RESOURCES: Final = "Resources"
 PRIORITY: Final = "Priority"
+NEVER_RUNNABLE: Final = "NeverRunnable"
 
 # -- preemption reasons (``Preemption.reason``) --------------------------------
 GUARANTEE_RECLAIM: Final = "GuaranteeReclaim"
@@ -42,6 +43,7 @@ TEXT: Final[dict[str, str]] = {
     PREEMPTION_GRACE: ("Running jobs are leaving to make room for this job; it starts when their grace ends."),
     RESOURCES: "Waiting for enough free devices.",
     PRIORITY: "Jobs with a higher priority are waiting for the same devices and go first.",
+    NEVER_RUNNABLE: "The job can never run under the current policy and cluster; cancel it or ask an admin.",
     GUARANTEE_RECLAIM: ("Your team was borrowing devices guaranteed to another team, which needs them back."),
     CLASS_PREEMPTION: "A job of a higher priority class that may preempt yours needs the devices.",
 }

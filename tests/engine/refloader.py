@@ -27,6 +27,7 @@ DECISION_MODULES = (
     "decide",
     "explain",
     "fairshare",
+    "feasibility",
     "placement",
     "preemption",
     "priority",

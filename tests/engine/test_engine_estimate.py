@@ -243,7 +243,8 @@ def test_a_request_above_the_teams_max_gets_no_estimate() -> None:
     cl = Cluster().node("n1", devices=8)
     pol = policy({"q": quota(max={"devices": 2}), "a": quota()})
     out, plan = _plan(pol, cl, [job(20, "q", n=4)], [])
-    assert out.waiting[20].reason == reasons.QUOTA_MAX_DEVICES and plan == {}
+    # Above the team's max under every schedule: it never runs, so it is never planned.
+    assert out.waiting[20].reason == reasons.NEVER_RUNNABLE and plan == {}
 
 
 def test_jobs_waiting_for_cards_are_planned_within_their_teams_max_too() -> None:

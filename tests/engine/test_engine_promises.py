@@ -85,7 +85,9 @@ def test_a_promise_lapses_one_grace_period_after_it_was_due() -> None:
     capped = policy({"a": quota(guaranteed={"devices": 4}, max_duration=86400), "c": quota()}, grace=GRACE)
     rival = job(200, "c", n=4, cls="high")
     held = _at(GRACE - 1, capped, cl, [blocked, rival], [], promise)
-    assert held.waiting[100].reason == reasons.QUOTA_MAX_DURATION
+    # Its maximum duration is over the team's under every schedule: admission stops it, and it says
+    # it can never run (feasibility), not that it waits for now.
+    assert held.waiting[100].reason == reasons.NEVER_RUNNABLE
     assert held.starts == [] and held.promises == promise  # the job cannot start, the cards stay held
     # The rival's shadow time sees the held cards busy until the promised job would end.
     assert held.waiting[200].reason == reasons.RESOURCES
