@@ -191,3 +191,18 @@ def test_the_middleware_turns_any_html_error_under_the_api_into_the_shape() -> N
     assert answer["Allow"] == "GET"
     console = middleware(RequestFactory().get("/nodes/"))
     assert console["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "field"),
+    [
+        ("/api/v1/devices/?chip_model=a%00b", 400, "chip_model"),
+        ("/api/v1/jobs/?user=a%00b", 400, "user"),
+        ("/api/v1/jobs/?cursor=a%00b", 400, "cursor"),
+        ("/api/v1/reports/statements/a%00b/2026-11/", 404, None),
+        ("/api/v1/teams/a%00b/", 404, None),
+    ],
+)
+def test_a_nul_character_anywhere_is_refused_not_a_database_error(admin, path, status, field) -> None:
+    """PostgreSQL refuses NUL in text: it must never get that far."""
+    assert_error(admin.get(path), status, field)
