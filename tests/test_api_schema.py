@@ -61,6 +61,25 @@ def test_schema_is_served_and_documents_every_endpoint(client) -> None:
     assert client.get("/api/docs/").status_code == 200
 
 
+def test_schema_documents_the_errors_and_nulls_that_are_answered() -> None:
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
+    for name in ("Job", "JobDetail", "Allocation"):
+        assert schema["components"]["schemas"][name]["properties"]["vnpu_template"]["nullable"] is True
+    error = {"$ref": "#/components/schemas/Error"}
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert {"401", "429"} <= set(responses), (method, path)
+            if any(p["in"] == "query" for p in operation.get("parameters", [])) or "requestBody" in operation:
+                assert responses["400"]["content"]["application/json"]["schema"] == error, (method, path)
+            if "requestBody" in operation:
+                assert {"413", "415"} <= set(responses) and set(operation["requestBody"]["content"]) == {
+                    "application/json"
+                }
+    limit = next(p for p in schema["paths"]["/api/v1/teams/"]["get"]["parameters"] if p["name"] == "limit")
+    assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000}
+
+
 # -- fuzzing ----------------------------------------------------------------------
 
 #: Examples per operation and phase for each user (``NPUPORTAL_FUZZ_EXAMPLES`` raises it).
