@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django import db
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views import defaults
-from rest_framework.exceptions import ParseError
+from django.views import csrf, defaults
+from rest_framework.exceptions import APIException, ParseError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
@@ -84,6 +85,14 @@ def body_too_big(request: Any) -> Response:
     return Response({"error": f"body: {message}", "field": "body", "details": {"body": [message]}}, status=413)
 
 
+class Conflict(APIException):
+    """409: the request is well formed, but the object's current state refuses it (a job already ended)."""
+
+    status_code = 409
+    default_detail = "the object's current state does not allow this"
+    default_code = "conflict"
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if _too_big(exc):
         return body_too_big(context.get("request"))
@@ -103,14 +112,38 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
-def server_error(request: HttpRequest) -> HttpResponse:
-    """``handler500``: API paths answer in the error shape (503 when the database is down), the rest as Django does.
+# -- answers Django gives itself, before or around the API's views -------------------------------
+#
+# A path the URL patterns reject (``/api/v1/jobs/abc/``, a ``%0A`` in it), a failed CSRF check, a
+# body over Django's size limit and an unhandled exception are answered by Django, not DRF: with
+# HTML pages. Under ``/api/`` they are answered in the error shape above; elsewhere the console
+# keeps Django's pages (and the ``403.html``/``404.html``/``500.html`` templates when there are any).
 
-    The API's own views are covered by :func:`exception_handler`; this catches what fails outside them
-    (middleware, plain Django views under ``/api/``). Django calls it while handling the exception, so
-    ``sys.exc_info()`` still names it.
+API_PREFIX = "/api/"
+
+
+def is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+def json_error(status: int, message: str, field: str | None = None) -> JsonResponse:
+    return JsonResponse({"error": message, "field": field}, status=status)
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """``handler404``: no URL pattern matched (or a Django view raised ``Http404``)."""
+    if is_api(request):
+        return json_error(404, f"no API endpoint at {request.path}")
+    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: an exception nothing handled; the traceback goes to the log, never to the client.
+
+    Under ``/api/`` it answers in the error shape: 503 when the database is down (Django calls
+    this while handling the exception, so ``sys.exc_info()`` still names it), else 500.
     """
-    if not request.path.startswith("/api/"):
+    if not is_api(request):
         return defaults.server_error(request)
     exc = sys.exc_info()[1]
     if isinstance(exc, DATABASE_DOWN):
@@ -118,4 +151,53 @@ def server_error(request: HttpRequest) -> HttpResponse:
         response = JsonResponse(DATABASE_DOWN_BODY, status=503)
         response["Retry-After"] = str(RETRY_AFTER_S)
         return response
-    return JsonResponse({"error": "internal server error", "field": None}, status=500)
+    return json_error(500, "internal server error; the details are in the server's log")
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """``handler400``: Django refused the request itself (a body over its size limit, a bad host, ...)."""
+    if is_api(request):
+        if isinstance(exception, RequestDataTooBig):
+            return json_error(413, "the request body is too large")
+        return json_error(400, "bad request")
+    return defaults.bad_request(request, exception)  # type: ignore[arg-type]
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """``handler403``: a Django view raised ``PermissionDenied``."""
+    if is_api(request):
+        return json_error(403, str(exception) if exception and str(exception) else "permission denied")
+    return defaults.permission_denied(request, exception)  # type: ignore[arg-type]
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: a write with the session cookie but without its CSRF token."""
+    if is_api(request):
+        return json_error(403, f"CSRF check failed: {reason}" if reason else "CSRF check failed")
+    return csrf.csrf_failure(request, reason)
+
+
+class ApiErrorMiddleware:
+    """Under ``/api/``, any HTML error page that still gets out becomes the API's error shape.
+
+    The handlers above cover Django's own answers; this is the net under them (a
+    view or middleware answering an error page by itself), keeping the status.
+    Outermost in ``MIDDLEWARE`` so it sees every response.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code >= 400 and is_api(request) and response.get("Content-Type", "").startswith("text/html"):
+            answer = json_error(response.status_code, (response.reason_phrase or "error").lower())
+            if response.has_header("Allow"):
+                answer["Allow"] = response["Allow"]
+            return answer
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, RequestDataTooBig) and is_api(request):
+            return json_error(413, "the request body is too large")
+        return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -27,9 +28,9 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, Q, QuerySet
+from rest_framework import pagination
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination
-from rest_framework.pagination import LimitOffsetPagination as DRFLimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
@@ -151,26 +152,72 @@ class Keyset:
         return KeysetPage(rows, next_cursor, previous_cursor, previous_is_first=previous_cursor is None)
 
 
-def read_limit(raw: str | None, default: int, maximum: int = MAX_LIMIT) -> int:
-    """``limit`` from a query string: an unreadable or non-positive value means the default."""
-    try:
-        value = int(raw) if raw is not None else default
-    except ValueError:
-        return default
-    return min(value, maximum) if value > 0 else default
-
-
-#: Largest ``offset`` passed on: beyond any table, and within the database's 64-bit OFFSET.
+#: Largest ``offset`` taken: beyond any table, and within the database's 64-bit OFFSET.
 MAX_OFFSET = 2**62
 
+_WHOLE = re.compile(r"-?[0-9]{1,30}")
 
-def read_offset(raw: str | None) -> int:
-    """``offset`` from a query string: an unreadable or negative value means 0."""
-    try:
-        value = int(raw) if raw is not None else 0
-    except ValueError:
-        return 0
-    return min(max(value, 0), MAX_OFFSET)
+
+def read_count(params: Any, name: str, *, default: int, minimum: int, maximum: int) -> int:
+    """A whole-number query parameter in ``minimum..maximum``; anything else is a 400 naming it.
+
+    Checked here so that no value the database cannot take (``limit=9223372036854775808``
+    was a ``DataError``, a 500) ever reaches a query.
+    """
+    raw = params.get(name)
+    if raw is None:
+        return default
+    if not _WHOLE.fullmatch(raw):
+        raise ValidationError({name: [f"must be a whole number from {minimum} to {maximum}, got {raw[:40]!r}"]})
+    value = int(raw)
+    if not minimum <= value <= maximum:
+        raise ValidationError({name: [f"must be from {minimum} to {maximum}, got {raw[:40]}"]})
+    return value
+
+
+def limit_offset_parameters(limit: str, offset: str, max_limit: int) -> list[dict[str, Any]]:
+    """The OpenAPI entries of ``limit`` and ``offset``, with the bounds :func:`read_count` enforces."""
+    return [
+        {
+            "name": limit,
+            "required": False,
+            "in": "query",
+            "description": f"Rows per page (default {settings.REST_FRAMEWORK['PAGE_SIZE']}, at most {max_limit}).",
+            "schema": {"type": "integer", "minimum": 1, "maximum": max_limit},
+        },
+        {
+            "name": offset,
+            "required": False,
+            "in": "query",
+            "description": "Rows to skip before the page.",
+            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+        },
+    ]
+
+
+class LimitOffsetPagination(pagination.LimitOffsetPagination):
+    """DRF's ``limit``/``offset`` pages (teams, nodes, devices, policies, tokens), with both checked.
+
+    Out of range or not a whole number is a 400 naming the parameter, where DRF
+    passed any integer on to the database.
+    """
+
+    max_limit = MAX_LIMIT
+
+    def get_limit(self, request: Request) -> int:
+        return read_count(
+            request.query_params,
+            self.limit_query_param,
+            default=settings.REST_FRAMEWORK["PAGE_SIZE"],
+            minimum=1,
+            maximum=self.max_limit,
+        )
+
+    def get_offset(self, request: Request) -> int:
+        return read_count(request.query_params, self.offset_query_param, default=0, minimum=0, maximum=MAX_OFFSET)
+
+    def get_schema_operation_parameters(self, view: object) -> list[dict[str, Any]]:
+        return limit_offset_parameters(self.limit_query_param, self.offset_query_param, self.max_limit)
 
 
 class KeysetPagination(BasePagination):
@@ -185,13 +232,15 @@ class KeysetPagination(BasePagination):
     def paginate_queryset(self, queryset: QuerySet, request: Request, view: object = None) -> list[Any]:
         self.request = request
         params = request.query_params
-        limit = read_limit(params.get(self.limit_query_param), settings.REST_FRAMEWORK["PAGE_SIZE"], self.max_limit)
+        default = settings.REST_FRAMEWORK["PAGE_SIZE"]
+        limit = read_count(params, self.limit_query_param, default=default, minimum=1, maximum=self.max_limit)
+        offset = read_count(params, self.offset_query_param, default=0, minimum=0, maximum=MAX_OFFSET)
         try:
             self.current = Keyset(self.ordering).page(
                 queryset,
                 limit=limit,
                 cursor=params.get(self.cursor_query_param) or None,
-                offset=read_offset(params.get(self.offset_query_param)),
+                offset=offset,
             )
         except InvalidCursor as exc:
             raise ValidationError({self.cursor_query_param: [str(exc)]}) from exc
@@ -225,36 +274,13 @@ class KeysetPagination(BasePagination):
         }
 
     def get_schema_operation_parameters(self, view: object) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": self.limit_query_param,
-                "required": False,
-                "in": "query",
-                "description": f"Rows per page (default {settings.REST_FRAMEWORK['PAGE_SIZE']}, at most "
-                f"{self.max_limit}).",
-                "schema": {"type": "integer"},
-            },
-            {
-                "name": self.cursor_query_param,
-                "required": False,
-                "in": "query",
-                "description": "Opaque position from a `next` or `previous` link.",
-                "schema": {"type": "string"},
-            },
-            {
-                "name": self.offset_query_param,
-                "required": False,
-                "in": "query",
-                "description": "Rows to skip before the first page (compatibility; follow `next` instead).",
-                "schema": {"type": "integer"},
-            },
-        ]
-
-
-class LimitOffsetPagination(DRFLimitOffsetPagination):
-    """The lists that grow with the cluster (teams, nodes, devices, policies, tokens): ``limit`` at most ``MAX_LIMIT``.
-
-    DRF's own class takes any ``limit``, so one request could ask for every row at once.
-    """
-
-    max_limit = MAX_LIMIT
+        limit, offset = limit_offset_parameters(self.limit_query_param, self.offset_query_param, self.max_limit)
+        offset["description"] = "Rows to skip before the first page (compatibility; follow `next` instead)."
+        cursor = {
+            "name": self.cursor_query_param,
+            "required": False,
+            "in": "query",
+            "description": "Opaque position from a `next` or `previous` link.",
+            "schema": {"type": "string"},
+        }
+        return [limit, cursor, offset]

@@ -7,8 +7,6 @@ endpoint and the OpenAPI schema is generated from one place.
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
-from django.urls import re_path
 from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
@@ -24,10 +22,5 @@ router.register("devices", DeviceViewSet, basename="device")
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
-
-def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
-    """Unknown paths under the API answer in the API's error shape, not with an HTML page."""
-    return JsonResponse({"error": f"no API endpoint at {request.path}", "field": None}, status=404)
-
-
-urlpatterns = [*router.urls, re_path(r"^.*/$", not_found)]
+# Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
+urlpatterns = router.urls

@@ -107,6 +107,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: under /api/ no HTML error page gets past it (npuportal.api_errors).
+    "npuportal.api_errors.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -121,6 +123,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "npuportal.urls"
+#: A failed CSRF check answers JSON under /api/, Django's page elsewhere.
+CSRF_FAILURE_VIEW = "npuportal.api_errors.csrf_failure"
 WSGI_APPLICATION = "npuportal.wsgi.application"
 
 TEMPLATES = [
@@ -350,6 +354,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "npuportal.api_pagination.LimitOffsetPagination",
+    # JSON bodies only, bounded in size and depth; an unknown ?format= is a 400 (npuportal.api_parsers).
+    "DEFAULT_PARSER_CLASSES": ["npuportal.api_parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "npuportal.api_parsers.ContentNegotiation",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "npuportal.api_errors.exception_handler",
@@ -374,6 +382,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies get their own components, so they carry what input must be (minLength, ...).
+    "COMPONENT_SPLIT_REQUEST": True,
+    # PATCH bodies keep their required fields (a team change needs its comment).
+    "COMPONENT_SPLIT_PATCH": False,
+    # Every error an operation can answer, in the one error shape (npuportal.api_schema).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "npuportal.api_schema.document_errors",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "devices.models.Node.State",

@@ -28,7 +28,7 @@ from quotas.api.errors import error_responses
 from quotas.models import Statement
 from quotas.report_views import is_finance, led_teams, visible_statement
 from quotas.services import active_policy
-from scheduling.services.usage import UsageError, month_of
+from scheduling.services.usage import MONTH_PATTERN, UsageError, month_of
 
 
 class CSVRenderer(BaseRenderer):
@@ -77,14 +77,16 @@ MONTH = OpenApiParameter(
     "month",
     OpenApiTypes.STR,
     description="YYYY-MM on the policy's clock; default: last month",
-    pattern=r"^\d{4}-\d{2}$",
+    pattern=MONTH_PATTERN,
 )
 FORMAT = OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"], description="csv: the statement as CSV")
 
 
 def _month(label: str | None) -> str:
-    if not label:
+    if label is None:
         return previous_month()
+    if label == "":
+        raise ValidationError({"month": ["must be a month like 2026-11 (leave it out for last month)"]})
     try:
         return month_of(active_policy().policy, timezone.now(), label).label
     except UsageError as exc:
@@ -123,7 +125,10 @@ class StatementListView(_ReportView):
 class StatementDetailView(_ReportView):
     @extend_schema(
         summary="One closed statement with its lines (leads of the team, finance, admins)",
-        parameters=[FORMAT],
+        parameters=[
+            FORMAT,
+            OpenApiParameter("month", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=MONTH_PATTERN),
+        ],
         responses={
             (200, "application/json"): StatementSerializer,
             (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV, one row per line"),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import django_filters
 
 from devices.models import Device, Node
+from npuportal import api_filters
 
 
-class NodeFilterSet(django_filters.FilterSet):
+class NodeFilterSet(api_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Node.State.choices)
     chip_model = django_filters.CharFilter(field_name="devices__chip_model", distinct=True)
 
@@ -16,7 +17,7 @@ class NodeFilterSet(django_filters.FilterSet):
         fields = ["state", "reachable", "chip_model"]
 
 
-class DeviceFilterSet(django_filters.FilterSet):
+class DeviceFilterSet(api_filters.FilterSet):
     node = django_filters.CharFilter(field_name="node__name")
     health = django_filters.MultipleChoiceFilter(choices=Device.Health.choices)
 

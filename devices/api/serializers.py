@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from devices.models import Device, Node
+from npuportal import api_fields as fields
 
 
 class DeviceSerializer(serializers.ModelSerializer):
@@ -96,5 +97,5 @@ class NodeDetailSerializer(NodeSerializer):
         read_only_fields = fields
 
 
-class NodeOperationSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+class NodeOperationSerializer(fields.InputSerializer):
+    reason = fields.CharField(max_length=300, required=False, allow_blank=True, default="")

@@ -25,6 +25,7 @@ _DESCRIPTIONS = {
     401: "Not signed in (no or a bad token)",
     403: "Signed in, but your role may not do this",
     404: "No such object, or it belongs to another team",
+    409: "The object's current state does not allow this (a job already ended, a newer policy version)",
     413: "The request body is larger than the server takes (`field` is `body`; NPUPORTAL_MAX_REQUEST_BYTES)",
     501: "Not available on this server",
 }

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import django_filters
 
+from npuportal import api_filters
 from quotas.models import Policy, Team
 
 
-class TeamFilterSet(django_filters.FilterSet):
+class TeamFilterSet(api_filters.FilterSet):
     department = django_filters.CharFilter(field_name="department__name")
 
     class Meta:
@@ -15,8 +16,8 @@ class TeamFilterSet(django_filters.FilterSet):
         fields = ["department"]
 
 
-class PolicyFilterSet(django_filters.FilterSet):
-    active = django_filters.BooleanFilter(field_name="is_active")
+class PolicyFilterSet(api_filters.FilterSet):
+    active = api_filters.BooleanFilter(field_name="is_active")
     author = django_filters.CharFilter(field_name="author__username")
 
     class Meta:

@@ -12,6 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from npuportal import api_fields as fields
 from quotas.models import ApiToken, Membership, Policy, Team
 from quotas.team_policy import MAX_COMMENT_CHARS, MAX_DEVICE_UNITS, MAX_SHARES, read_amount
 
@@ -125,7 +126,7 @@ class AmountField(serializers.Field):
         return value
 
 
-class TeamPolicyChangeSerializer(serializers.Serializer):
+class TeamPolicyChangeSerializer(fields.InputSerializer):
     """``PATCH /api/v1/teams/{name}/``: any of the weight and the base quota, and why."""
 
     shares = AmountField(limit=MAX_SHARES, required=False, help_text="Fair-share weight among the team's siblings")
@@ -139,10 +140,10 @@ class TeamPolicyChangeSerializer(serializers.Serializer):
         required=False,
         help_text="Base cap per resource key; null removes the cap; keys not given keep theirs",
     )
-    comment = serializers.CharField(
+    comment = fields.CharField(
         max_length=MAX_COMMENT_CHARS, help_text="Required: why; kept with the new policy version"
     )
-    base_version = serializers.IntegerField(
+    base_version = fields.IntegerField(
         required=False,
         allow_null=True,
         help_text="Refuse the change unless this is still the active version (someone else may have changed it)",
@@ -192,8 +193,8 @@ class PolicyIssueSerializer(serializers.Serializer):
     line = serializers.IntegerField(allow_null=True)
 
 
-class PolicyTextSerializer(serializers.Serializer):
-    yaml = serializers.CharField(
+class PolicyTextSerializer(fields.InputSerializer):
+    yaml = fields.CharField(
         max_length=MAX_POLICY_CHARS, trim_whitespace=False, help_text="The policy document as YAML text"
     )
 
@@ -204,7 +205,7 @@ class PolicyValidationSerializer(serializers.Serializer):
 
 
 class PolicyDryRunRequestSerializer(PolicyTextSerializer):
-    days = serializers.IntegerField(min_value=1, max_value=90, default=7, help_text="Replay this many days of jobs")
+    days = fields.IntegerField(min_value=1, max_value=90, default=7, help_text="Replay this many days of jobs")
 
 
 class PolicyDryRunSerializer(serializers.Serializer):
@@ -218,7 +219,7 @@ class PolicyDryRunSerializer(serializers.Serializer):
 
 
 class PolicyCreateSerializer(PolicyTextSerializer):
-    comment = serializers.CharField(max_length=500, help_text="Why: kept in the history")
+    comment = fields.CharField(max_length=500, help_text="Why: kept in the history")
 
 
 class PolicyCreatedSerializer(PolicyDetailSerializer):
@@ -230,20 +231,20 @@ class PolicyCreatedSerializer(PolicyDetailSerializer):
         read_only_fields = fields
 
 
-class PolicyActivateSerializer(serializers.Serializer):
-    comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+class PolicyActivateSerializer(fields.InputSerializer):
+    comment = fields.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 _REF_HELP = "A version number or 'active'"
 
 
-class PolicyDiffRequestSerializer(serializers.Serializer):
+class PolicyDiffRequestSerializer(fields.InputSerializer):
     """Each side is a stored version (``a``/``b``) or a text (``a_yaml``/``b_yaml``)."""
 
-    a = serializers.RegexField(r"^(v?\d{1,9}|active)$", required=False, help_text=_REF_HELP)
-    b = serializers.RegexField(r"^(v?\d{1,9}|active)$", required=False, help_text=_REF_HELP)
-    a_yaml = serializers.CharField(required=False, max_length=MAX_POLICY_CHARS, trim_whitespace=False)
-    b_yaml = serializers.CharField(required=False, max_length=MAX_POLICY_CHARS, trim_whitespace=False)
+    a = fields.RegexField(r"^(v?\d{1,9}|active)$", required=False, help_text=_REF_HELP)
+    b = fields.RegexField(r"^(v?\d{1,9}|active)$", required=False, help_text=_REF_HELP)
+    a_yaml = fields.CharField(required=False, max_length=MAX_POLICY_CHARS, trim_whitespace=False)
+    b_yaml = fields.CharField(required=False, max_length=MAX_POLICY_CHARS, trim_whitespace=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         for side in ("a", "b"):
@@ -270,8 +271,8 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ApiTokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100, help_text="What the token is for, e.g. 'laptop' or 'ci'")
+class ApiTokenCreateSerializer(fields.InputSerializer):
+    name = fields.CharField(max_length=100, help_text="What the token is for, e.g. 'laptop' or 'ci'")
 
 
 class ApiTokenCreatedSerializer(ApiTokenSerializer):

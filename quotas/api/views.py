@@ -10,11 +10,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from npuportal.api_errors import Conflict
 from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
 from quotas.api.errors import error_response, error_responses
 from quotas.api.filtersets import PolicyFilterSet, TeamFilterSet
@@ -55,10 +56,12 @@ from scheduling.engine.policy import (
     quota_at,
     semantic_diff,
 )
-from scheduling.services.usage import UsageError, devices_in_use, team_usage
+from scheduling.services.usage import MONTH_PATTERN, UsageError, devices_in_use, team_usage
 
+#: What ``a`` and ``b`` of a diff may name (as ``PolicyDiffRequestSerializer`` checks them).
+VERSION_REF_PATTERN = r"^(v?\d{1,9}|active)$"
 MONTH_PARAM = OpenApiParameter(
-    "month", OpenApiTypes.STR, description="YYYY-MM on the policy's clock; default this month", pattern=r"^\d{4}-\d{2}$"
+    "month", OpenApiTypes.STR, description="YYYY-MM on the policy's clock; default this month", pattern=MONTH_PATTERN
 )
 
 
@@ -149,7 +152,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             "Nothing is stored when any field is invalid."
         ),
         request=TeamPolicyChangeSerializer,
-        responses={200: TeamPolicyChangedSerializer, **error_responses(400, 401, 403, 404)},
+        responses={200: TeamPolicyChangedSerializer, **error_responses(400, 401, 403, 404, 409)},
     )
     def partial_update(self, request: Request, name: str | None = None) -> Response:
         team = self.get_object()
@@ -169,6 +172,8 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
                 base_version=data.get("base_version"),
             )
         except TeamChangeError as exc:
+            if set(exc.errors) == {"base_version"}:  # someone activated another version meanwhile
+                raise Conflict(_nested_errors(exc.errors)) from exc
             raise ValidationError(_nested_errors(exc.errors)) from exc
         row = team_overview([team.name])[0]
         return Response(
@@ -197,7 +202,10 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     def usage(self, request: Request, name: str | None = None) -> Response:
         team = self.get_object()
         require_lead(request.user, team)
-        return Response(usage_body(team, active_policy(), request.query_params.get("month"), timezone.now()))
+        month = request.query_params.get("month")
+        if month == "":
+            raise ValidationError({"month": ["must be a month like 2026-11 (leave it out for this month)"]})
+        return Response(usage_body(team, active_policy(), month, timezone.now()))
 
     @extend_schema(
         summary="The team's members (leads and admins)",
@@ -330,29 +338,37 @@ class PolicyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         summary="What changed between two stored versions",
         parameters=[
             OpenApiParameter(
-                "a", OpenApiTypes.STR, description="Old side: a version number or 'active'", required=True
+                "a",
+                OpenApiTypes.STR,
+                description="Old side: a version number or 'active'",
+                required=True,
+                pattern=VERSION_REF_PATTERN,
             ),
             OpenApiParameter(
-                "b", OpenApiTypes.STR, description="New side: a version number or 'active'", required=True
+                "b",
+                OpenApiTypes.STR,
+                description="New side: a version number or 'active'",
+                required=True,
+                pattern=VERSION_REF_PATTERN,
             ),
         ],
-        responses={200: PolicyDiffSerializer, **error_responses(400, 401, 403)},
+        responses={200: PolicyDiffSerializer, **error_responses(400, 401, 403, 404)},
         methods=["GET"],
     )
     @extend_schema(
         summary="What changed between two policies, each a stored version or a YAML text",
         request=PolicyDiffRequestSerializer,
-        responses={200: PolicyDiffSerializer, **error_responses(400, 401, 403)},
+        responses={200: PolicyDiffSerializer, **error_responses(400, 401, 403, 404)},
         methods=["POST"],
     )
     @action(detail=False, methods=["get", "post"], filterset_class=None, pagination_class=None)
     def diff(self, request: Request) -> Response:
-        source = request.query_params if request.method == "GET" else request.data
-        if not hasattr(source, "get"):
-            raise ValidationError({"a": ["send a JSON object"]})
-        data = {k: source.get(k) for k in ("a", "b", "a_yaml", "b_yaml") if source.get(k) is not None}
         if request.method == "GET":
-            data = {k: v for k, v in data.items() if k in ("a", "b")}
+            data: Any = {k: request.query_params[k] for k in ("a", "b") if k in request.query_params}
+        else:
+            data = request.data
+            if not isinstance(data, dict):
+                raise ValidationError({"a": ["send a JSON object"]})
         incoming = PolicyDiffRequestSerializer(data=data)
         incoming.is_valid(raise_exception=True)
         sides = []
@@ -365,7 +381,7 @@ class PolicyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                     else Policy.objects.filter(version=int(ref.lstrip("v"))).first()
                 )
                 if record is None:
-                    raise ValidationError({side: [f"no policy version {ref!r}"]})
+                    raise NotFound({side: [f"no policy version {ref!r}"]})
                 sides.append((record.yaml_text, f"v{record.version}", side))
             else:
                 sides.append((text, f"{side}_yaml", f"{side}_yaml"))
@@ -413,7 +429,7 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.
     @extend_schema(
         summary="Make a new token; its key is in this answer only",
         request=ApiTokenCreateSerializer,
-        responses={201: ApiTokenCreatedSerializer, **error_responses(400, 401)},
+        responses={201: ApiTokenCreatedSerializer, **error_responses(400, 401, 409)},
     )
     def create(self, request: Request) -> Response:
         incoming = ApiTokenCreateSerializer(data=request.data)
@@ -421,7 +437,7 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.
         try:
             token, key = issue_token(request.user, incoming.validated_data["name"])
         except TokenLimitReached as exc:
-            raise ValidationError({"name": [str(exc)]}) from exc
+            raise Conflict({"name": [str(exc)]}) from exc
         return Response({**ApiTokenSerializer(token).data, "key": key}, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ApiToken) -> None:

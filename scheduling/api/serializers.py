@@ -5,6 +5,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from npuportal import api_fields as fields
 from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.reason_text import reason_text
@@ -15,7 +16,7 @@ class AllocationSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="device.node.name")
     device_index = serializers.IntegerField(source="device.index")
     chip_model = serializers.CharField(source="device.chip_model")
-    vnpu_template = serializers.CharField(source="vnpu_template.name", default=None)
+    vnpu_template = serializers.CharField(source="vnpu_template.name", default=None, allow_null=True)
 
     class Meta:
         model = Allocation
@@ -48,7 +49,7 @@ class JobEventSerializer(serializers.ModelSerializer):
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name", read_only=True)
     submitter = serializers.CharField(source="submitter.username", read_only=True)
-    vnpu_template = serializers.CharField(source="vnpu_template.name", default=None, read_only=True)
+    vnpu_template = serializers.CharField(source="vnpu_template.name", default=None, read_only=True, allow_null=True)
     pending_reason_text = serializers.SerializerMethodField()
 
     class Meta:
@@ -195,19 +196,19 @@ class JobDetailSerializer(JobSerializer):
         return serializers.ModelSerializer.to_representation(self, instance)
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(fields.InputSerializer):
     """What a submission may carry; the service checks it against cluster and quota."""
 
-    team = serializers.CharField(required=False, help_text="Team name; optional when you belong to one team")
-    name = serializers.CharField(max_length=200)
-    command = serializers.CharField(help_text="At most NPUPORTAL_MAX_COMMAND_BYTES bytes of UTF-8 (default 64 KiB)")
-    priority_class = serializers.CharField(required=False, allow_blank=True)
-    num_devices = serializers.IntegerField(min_value=1, max_value=100000, default=1)
-    vnpu_template = serializers.CharField(required=False, allow_blank=True, allow_null=True)
-    chip_model = serializers.CharField(required=False, allow_blank=True, allow_null=True)
-    estimated_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_DURATION_S, default=3600)
-    max_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_DURATION_S, required=False, allow_null=True)
-    array = serializers.IntegerField(
+    team = fields.CharField(required=False, help_text="Team name; optional when you belong to one team")
+    name = fields.CharField(max_length=200)
+    command = fields.CharField(help_text="At most NPUPORTAL_MAX_COMMAND_BYTES bytes of UTF-8 (default 64 KiB)")
+    priority_class = fields.CharField(required=False, allow_blank=True)
+    num_devices = fields.IntegerField(min_value=1, max_value=100000, default=1)
+    vnpu_template = fields.CharField(required=False, allow_blank=True, allow_null=True)
+    chip_model = fields.CharField(required=False, allow_blank=True, allow_null=True)
+    estimated_duration_s = fields.IntegerField(min_value=1, max_value=MAX_DURATION_S, default=3600)
+    max_duration_s = fields.IntegerField(min_value=1, max_value=MAX_DURATION_S, required=False, allow_null=True)
+    array = fields.IntegerField(
         min_value=1,
         required=False,
         help_text="Submit this many copies, like Slurm's --array=0-(N-1); at most NPUPORTAL_MAX_ARRAY (default 1000)"

@@ -23,6 +23,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from npuportal import api_filters
+from npuportal.api_errors import Conflict
 from npuportal.api_pagination import KeysetPagination
 from quotas.api.errors import error_response, error_responses
 from quotas.api.serializers import json_safe
@@ -88,7 +90,7 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UtcDateTimeField
 
 
-class JobFilterSet(django_filters.FilterSet):
+class JobFilterSet(api_filters.FilterSet):
     # Each filter is a plain condition on the job row, so the list stays one range scan of an index:
     # no DISTINCT (nothing here can repeat a row), and names resolved to ids inside the query.
     state = django_filters.MultipleChoiceFilter(
@@ -197,17 +199,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        summary="Cancel a pending or running job",
+        summary="Cancel a pending or running job (409 when it already ended)",
         request=None,
-        responses={200: JobSerializer, **error_responses(400, 401, 403, 404)},
+        responses={200: JobSerializer, **error_responses(401, 403, 404, 409)},
     )
     @action(detail=True, methods=["post"], filterset_class=None)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         try:
             job = job_service.cancel_job(job.pk, actor=request.user)
-        except job_service.SubmissionError as exc:
-            raise ValidationError({exc.field: [exc.message]}) from exc
+        except job_service.SubmissionError as exc:  # it already ended
+            raise Conflict({exc.field: [exc.message]}) from exc
         except job_service.PermissionDenied as exc:
             raise DRFPermissionDenied(str(exc)) from exc
         return Response(JobSerializer(job).data)
@@ -272,7 +274,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         summary="Why this job is where it is in the queue: its priority breakdown",
-        responses={200: OpenApiTypes.OBJECT, **error_responses(400, 401, 404, 501)},
+        responses={200: OpenApiTypes.OBJECT, **error_responses(401, 404, 409, 501)},
     )
     @action(detail=True, methods=["get"], filterset_class=None)
     def explain(self, request: Request, pk: str | None = None) -> Response:
@@ -281,7 +283,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if explain is None:
             return error_response(501, "this server has no priority explanation (scheduling.engine.explain)")
         if job.is_final:
-            raise ValidationError({"state": [f"job is {job.state}; only pending and running jobs are ranked"]})
+            raise Conflict({"state": [f"job is {job.state}; only pending and running jobs are ranked"]})
         from quotas.services import active_policy
         from scheduling.services.snapshot import load_snapshot
 
@@ -289,7 +291,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         try:
             breakdown = explain(snapshot, job.pk)
         except KeyError as exc:  # it ended between the two reads
-            raise ValidationError({"state": ["job is no longer pending or running"]}) from exc
+            raise Conflict({"state": ["job is no longer pending or running"]}) from exc
         return Response(json_safe(breakdown))
 
 

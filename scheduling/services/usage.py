@@ -65,6 +65,10 @@ class TeamUsage:
         }
 
 
+#: The months :func:`month_of` takes (2000-01 .. 9998-12), as a regular expression for the API schema.
+MONTH_PATTERN = r"^(?:[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])-(?:0[1-9]|1[0-2])$"
+
+
 def month_of(policy: Policy, now: datetime, label: str | None = None) -> Month:
     """The month called ``label`` (``YYYY-MM``), or the one ``now`` falls in; on the policy's clock."""
     tz = zone(policy.timezone)
