@@ -10,8 +10,6 @@ from quotas import signin
 from quotas import views as policy_console
 from scheduling import views as console
 
-handler500 = "npuportal.api_errors.server_error"
-
 urlpatterns = [
     path("", console.dashboard, name="dashboard"),
     path("jobs/", console.job_list, name="console-job-list"),
