@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from scheduling.engine import reasons
-from scheduling.engine.capacity import Chip, Layout
+from scheduling.engine.capacity import ClusterState
 from scheduling.engine.placement import Need, need_of_key
 from scheduling.engine.policy import DEVICES, Policy, Quota, TeamPolicy, chip_resource, merge_quota
 from scheduling.engine.snapshot import Decisions, DeviceState, JobState, NodeState, Snapshot, VnpuTemplate, Wait
@@ -95,9 +95,18 @@ class Shapes:
             )
             for node in nodes
         ]
-        # A layout of its own, outside the tick's cache of layouts (``Layout.get``): it is of
-        # the whole inventory healthy, which no tick schedules on.
-        self._state: _Laid | None = _Laid(Layout(whole, None).chips, templates)
+        # A layout of its own: found by a key no tick uses and never handed back (no
+        # ``release``), so the ticks' cache of layouts never holds this all-healthy one.
+        snapshot = Snapshot(
+            now=_EPOCH,
+            policy=policy,
+            nodes=whole,
+            pending=[],
+            running=[],
+            templates=templates,
+            inventory_key=object(),
+        )
+        self._state: ClusterState | None = ClusterState(snapshot, "binpack", 0.0)
         self._cache: dict[tuple, Need] = {}
         self._answers: dict[tuple, tuple[dict[str, float], str | None, str]] = {}
 
@@ -109,28 +118,17 @@ class Shapes:
             return found
         state = self._state
         assert state is not None, "Shapes used after close()"
-        need = need_of_key(state, key, self._cache)  # type: ignore[arg-type]  # reads chips and templates only
+        need = need_of_key(state, key, self._cache)
         detail = need.detail
         if not need.units and chip_model is None and len(state.chips) > 1:
             # Say why for each chip model, not only the first one tried.
-            each = [
-                f"{name}: {need_of_key(state, (name, template, n), self._cache).detail}"  # type: ignore[arg-type]
-                for name in state.chips
-            ]
+            each = [f"{name}: {need_of_key(state, (name, template, n), self._cache).detail}" for name in state.chips]
             detail = "no chip model fits it (" + "; ".join(each) + ")"
         found = self._answers[key] = (dict(need.units), need.reason, detail)
         return found
 
     def close(self) -> None:
         self._state = None
-
-
-@dataclass
-class _Laid:
-    """What :func:`placement.need_of_key` reads of a cluster state: the chip layouts and the templates."""
-
-    chips: dict[str, Chip]
-    templates: Mapping[tuple[str, str], VnpuTemplate]
 
 
 def never_runnable(
