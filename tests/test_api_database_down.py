@@ -119,6 +119,6 @@ def test_failures_outside_the_api_views_still_answer_in_the_error_shape() -> Non
     assert resp.status_code == 503 and resp.json()["field"] is None and resp["Retry-After"] == "5"
     resp = client.get("/api/plain-bug/")
     assert resp.status_code == 500
-    assert resp.json() == {"error": "internal server error", "field": None}
+    assert resp.json() == {"error": "internal server error; the details are in the server's log", "field": None}
     resp = client.get("/console-bug/")  # not the API: Django's own page
     assert resp.status_code == 500 and resp["Content-Type"].startswith("text/html")

@@ -79,7 +79,8 @@ def test_bad_json_and_wrong_media_type(admin) -> None:
 def test_a_body_over_the_size_limit_is_413(admin, settings) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     resp = admin.post("/api/v1/tokens/", {"name": "x" * 2000}, format="json")
-    assert_error(resp, 413)
+    body = assert_error(resp, 413, "body")
+    assert "at most 1,000 bytes" in body["error"]
 
 
 @pytest.mark.parametrize(
@@ -108,9 +109,8 @@ def test_console_404_is_still_a_page(admin, client) -> None:
 
 
 def test_csrf_failure_with_a_session_is_403_json(demo, user_factory, isolated_api_state) -> None:
-    user_factory("csrf-user", team="training")
     client = Client(enforce_csrf_checks=True)
-    assert client.login(username="csrf-user", password="pw-csrf-user")
+    client.force_login(user_factory("csrf-user", team="training"))  # sign-in lockout needs a request: no login()
     # a DRF view: SessionAuthentication's own CSRF check
     assert_error(client.post("/api/v1/tokens/", {"name": "x"}, content_type="application/json"), 403)
     # Django's CsrfViewMiddleware answers through CSRF_FAILURE_VIEW (no view under /api/ leaves it the check)

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from scheduling.models import Job, JobOutput
+from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, submit, tick
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -77,3 +78,25 @@ def test_log_parameters_are_checked_and_other_teams_see_nothing(cluster, submit,
         assert resp.json()["field"] == field, resp.json()
     other = api(user_factory("eve", team="research", role="lead"))
     assert other.get(f"/api/v1/jobs/{job.pk}/log/").status_code == 404
+
+
+@requires_chromium
+@pytest.mark.browser
+def test_the_job_page_shows_the_output_growing_while_it_runs(cluster, submit, page, user_factory) -> None:  # noqa: F811
+    """What a lead sees: the first line, then the next one appear on the job page without a reload."""
+    from playwright.sync_api import expect
+
+    user_factory("tess", team="training", role="lead")
+    job = submit("echo first-line; sleep 4; echo second-line; sleep 30")
+    tick()
+    job = Job.objects.get(pk=job.pk)
+    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"})
+    login(page, "tess", "pw-tess")
+    page.goto(f"/jobs/{job.pk}/")
+    output = page.locator("#job-output")
+    expect(output).to_contain_text("first-line", timeout=10000)
+    snap(page, "first-line")
+    expect(output).to_contain_text("second-line", timeout=15000)  # no reload: the page follows
+    expect(page.locator("#job-output-status")).to_contain_text("following")
+    snap(page, "second-line")
+    assert page.locator("text={{").count() == 0  # no raw template text anywhere
