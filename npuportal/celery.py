@@ -18,10 +18,11 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     """Beat's timetable lives in code so every deployment ticks the same way."""
     from django.conf import settings
 
-    # Expiry drops ticks that queued up while no worker ran: a stale tick is worthless.
+    # Expiry drops ticks that queued up while no worker ran: a stale tick is worthless. A few seconds
+    # of slack at least, though: with 1-s ticks a worker running 2-3 s behind dropped every one of them.
     sender.add_periodic_task(
         settings.TICK_INTERVAL_S,
-        sender.signature("scheduling.tick", expires=settings.TICK_INTERVAL_S * 3),
+        sender.signature("scheduling.tick", expires=max(settings.TICK_INTERVAL_S * 3, 10.0)),
         name="scheduling tick",
     )
     # A poll is idempotent and a late one still finds out what ended (one that overlaps a running
@@ -36,7 +37,7 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     # The walltime backstop is one query when nothing is overdue; it runs as often as the poll.
     sender.add_periodic_task(
         settings.AGENT_POLL_INTERVAL_S,
-        sender.signature("scheduling.enforce_walltime", expires=settings.AGENT_POLL_INTERVAL_S * 3),
+        sender.signature("scheduling.enforce_walltime", expires=max(settings.AGENT_POLL_INTERVAL_S * 3, 10.0)),
         name="walltime backstop",
     )
     # Usage accounting (quotas/tasks.py): records of closed allocations and budget alerts every minute,

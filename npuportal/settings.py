@@ -266,6 +266,9 @@ else:
         "processed_folder": str(_processed),
         "control_folder": str(_control),
         "store_processed": False,
+        # A worker whose prefetch slots are full polls again after this long: kombu's default of 1 s
+        # let a backlog of ~3 s build up on a slow machine with 1-s ticks, and every tick expired in it.
+        "polling_interval": 0.1,
     }
     CACHES = {
         "default": {
