@@ -32,6 +32,20 @@ def _not_reloaded(page) -> bool:  # noqa: F811
     return page.evaluate("window.__stillHere") == "yes"
 
 
+def _watch_requests(page) -> tuple[list[str], list[str]]:  # noqa: F811
+    """The paths the page requests from now on, and any script error it raises."""
+    from urllib.parse import urlsplit
+
+    paths: list[str] = []
+    errors: list[str] = []
+    page.on(
+        "request",
+        lambda r: paths.append(urlsplit(r.url).path + ("?" + urlsplit(r.url).query if urlsplit(r.url).query else "")),
+    )
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return paths, errors
+
+
 def test_the_job_page_goes_pending_running_completed_without_a_reload(demo, user_factory, page) -> None:  # noqa: F811
     lead = user_factory("rosa", team="training", role="lead")
     job = _submit(lead, "watch-me")
@@ -40,6 +54,7 @@ def test_the_job_page_goes_pending_running_completed_without_a_reload(demo, user
     expect(page.locator("#job-state")).to_have_text("Pending")
     expect(page.locator("#job-output-status")).to_contain_text("has not started")
     _mark(page)
+    paths, errors = _watch_requests(page)
     snap(page, "pending")
 
     run_tick()
@@ -53,6 +68,7 @@ def test_the_job_page_goes_pending_running_completed_without_a_reload(demo, user
     expect(page.locator("#events")).to_contain_text("Completed")
     snap(page, "completed")
     assert _not_reloaded(page)
+    assert f"/jobs/{job.pk}/" not in paths and f"/live/jobs/{job.pk}/" in paths and not errors
 
 
 def test_the_job_list_shows_a_new_state_and_keeps_its_filter_and_scroll(demo, user_factory, page) -> None:  # noqa: F811
@@ -71,6 +87,7 @@ def test_the_job_list_shows_a_new_state_and_keeps_its_filter_and_scroll(demo, us
     page.wait_for_function("window.scrollY > 0")
     scrolled = page.evaluate("window.scrollY")
     _mark(page)
+    paths, errors = _watch_requests(page)
     snap(page, "four-running")
 
     run_tick()
@@ -82,6 +99,8 @@ def test_the_job_list_shows_a_new_state_and_keeps_its_filter_and_scroll(demo, us
     assert page.locator("#state").input_value() == "running"
     assert page.evaluate("window.scrollY") == scrolled, "the reader's scroll position is kept"
     assert _not_reloaded(page)
+    assert paths and set(paths) == {"/live/jobs/?state=running"}, "only the region is polled, with the filter"
+    assert not errors
 
 
 def test_the_cluster_page_shows_a_node_turn_from_draining_to_drained(demo, user_factory, page) -> None:  # noqa: F811
@@ -114,3 +133,21 @@ def test_the_cluster_page_shows_a_node_turn_from_draining_to_drained(demo, user_
     expect(page.locator("#cards-drained")).to_contain_text("8")
     snap(page, "drained")
     assert _not_reloaded(page)
+
+
+def test_a_hidden_tab_stops_polling_and_catches_up_when_shown(demo, user_factory, page) -> None:  # noqa: F811
+    user_factory("vic", team="research", role="lead")
+    login(page, "vic", "pw-vic")
+    page.goto("/cluster/")
+    page.evaluate("Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'})")
+    paths, errors = _watch_requests(page)
+    page.wait_for_timeout(7000)
+    assert [p for p in paths if p.startswith("/live/")] == [], "a hidden tab costs the server nothing"
+    page.evaluate(
+        "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'visible'});"
+        "document.dispatchEvent(new Event('visibilitychange'))"
+    )
+    page.wait_for_timeout(1000)
+    assert "/live/cluster/" in paths, "shown again, the page asks at once"
+    snap(page, "shown-again")
+    assert not errors
