@@ -12,6 +12,7 @@ class Node(models.Model):
         READY = "ready", "Ready"
         CORDONED = "cordoned", "Cordoned"  # no new work; running work stays
         DRAINING = "draining", "Draining"  # no new work; running work finishes
+        DRAINED = "drained", "Drained"  # was draining and nothing runs any more: ready to be serviced
         DOWN = "down", "Down"
 
     name = models.CharField(max_length=100, unique=True)
@@ -41,8 +42,12 @@ class Node(models.Model):
 
     @property
     def drained(self) -> bool:
-        """A draining node on which nothing runs any more: it can be serviced (state stays ``draining``)."""
-        return self.state == self.State.DRAINING and not self.devices.filter(allocations__end__isnull=True).exists()
+        """A drain that has finished: nothing runs on the node any more, it can be serviced.
+
+        Stored as a state of its own (``devices.services.draining`` sets it when the last allocation
+        closes), so the console, the API and ``npuctl nodes`` read one field.
+        """
+        return self.state == self.State.DRAINED
 
 
 class Device(models.Model):

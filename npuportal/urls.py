@@ -21,6 +21,12 @@ urlpatterns = [
     path("nodes/<str:name>/<str:action>/", console.node_action, name="console-node-action"),
     path("audit/", console.audit_log, name="console-audit-log"),
     path("cluster/", console.cluster, name="cluster"),
+    # Live regions of the pages above, polled by htmx (templates/live/).
+    path("live/dashboard/", console.dashboard_live, name="live-dashboard"),
+    path("live/jobs/", console.job_list_live, name="live-job-list"),
+    path("live/jobs/<int:pk>/", console.job_detail_live, name="live-job-detail"),
+    path("live/cluster/", console.cluster_live, name="live-cluster"),
+    path("live/nodes/<str:name>/", console.node_detail_live, name="live-node-detail"),
     path("quota/", policy_console.team_quota, name="console-team-quota"),
     path("tokens/", policy_console.api_tokens, name="console-api-tokens"),
     path("teams/", policy_console.team_list, name="console-teams"),

@@ -1,6 +1,13 @@
-"""Console pages. Thin: they pick the rows the user may see and render them."""
+"""Console pages. Thin: they pick the rows the user may see and render them.
+
+Each live page has a ``*_live`` twin that renders only the region that changes (templates/live/),
+which the page polls with htmx every few seconds: one small request, never the whole page.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -9,98 +16,94 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRefresh, HttpResponseStopPolling
 
 from devices.models import Node
 from devices.services.health import Thresholds
-from npuportal.api_pagination import InvalidCursor, Keyset
+from devices.services.overview import cluster_overview, node_cards
 from quotas.models import AuditEvent, Membership, Team
 from quotas.services import active_policy
-from scheduling.api.views import JobPagination, visible_jobs
-from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
+from scheduling.api.views import visible_jobs
 from scheduling.engine.policy import quota_at, zone
 from scheduling.forms import JobSubmitForm
-from scheduling.models import Allocation, Job
-from scheduling.reason_text import reason_text
+from scheduling.models import Job
+from scheduling.services import console
 from scheduling.services import jobs as job_service
+
+#: htmx stops polling an element whose request answers this status (and still shows the answer).
+HTMX_STOP_POLLING = HttpResponseStopPolling.status_code
+
+
+def live_region(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``login_required`` for a live region: a signed-out poll reloads the page instead of swapping in a login form."""
+    page = login_required(view)
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if not request.user.is_authenticated and getattr(request, "htmx", False):
+            return HttpResponseClientRefresh()  # the page itself then goes to the sign-in form
+        return page(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _visible_teams(user: object) -> set[int] | None:
+    """Team ids whose jobs ``user`` may see by name; None for admins (every team)."""
+    return None if getattr(user, "is_staff", False) else set(job_service.teams_of(user))  # type: ignore[arg-type]
 
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    user = request.user
-    active = (
-        visible_jobs(user)
-        .defer("command")  # the rows show no command, and one may be tens of KiB
-        .filter(state__in=[Job.State.PENDING, Job.State.RUNNING])
-        .order_by("state", "submitted_at")[:100]
-    )
-    rows = [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in active]
-    return render(request, "dashboard.html", {"rows": rows, "cards": team_cards(user)})
+    context = {"rows": console.dashboard_queue(request.user), "cards": team_cards(request.user)}
+    return render(request, "dashboard.html", context)
 
 
-#: Rows per page of the console's job list.
-JOB_LIST_PAGE = 100
+@live_region
+def dashboard_live(request: HttpRequest) -> HttpResponse:
+    """The dashboard's queue alone, for its live region."""
+    return render(request, "live/dashboard.html", {"rows": console.dashboard_queue(request.user)})
 
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    """Newest jobs first, a page at a time by cursor: one indexed query, never a COUNT of the table."""
-    qs = visible_jobs(request.user).defer("command")  # the rows show no command, and one may be tens of KiB
-    state = request.GET.get("state")
-    if state in Job.State.values:
-        qs = qs.filter(state=state)
-    keyset = Keyset(JobPagination.ordering)
-    try:
-        page = keyset.page(qs, limit=JOB_LIST_PAGE, cursor=request.GET.get("cursor") or None)
-    except InvalidCursor:
-        page = keyset.page(qs, limit=JOB_LIST_PAGE)  # a stale or edited link: start from the newest
-    rows = [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in page.rows]
-    return render(
-        request,
-        "jobs.html",
-        {
-            "rows": rows,
-            "state": state,
-            "states": Job.State.choices,
-            "older": page.next_cursor,
-            "newer": page.previous_cursor,
-            "paged": "cursor" in request.GET,
-        },
-    )
+    page = console.job_list_page(request.user, request.GET.get("state"), request.GET.get("cursor"))
+    context = {**page, "states": Job.State.choices, "paged": "cursor" in request.GET}
+    return render(request, "jobs.html", context)
+
+
+@live_region
+def job_list_live(request: HttpRequest) -> HttpResponse:
+    """The rows of the job list for the same filter and page (the page's own query string)."""
+    page = console.job_list_page(request.user, request.GET.get("state"), request.GET.get("cursor"))
+    return render(request, "live/jobs.html", page)
 
 
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
-    allocations = job.allocations.select_related("device__node", "vnpu_template")
-    viewer = Viewer.of(request.user)
-    events = [(event, event_detail(event, viewer)) for event in events_of(job)]
-    return render(
-        request,
-        "job_detail.html",
-        {
-            "job": job,
-            "allocations": allocations,
-            "events": events,
-            "preempted_for": preempted_for_text(job, viewer) if job.preempt_deadline else "",
-            "reason": reason_text(job.pending_reason) if job.pending_reason else "",
-            "explain": _explain(job),
-        },
-    )
+    context = {**console.job_live(job, request.user), "explain": _explain(job)}
+    return render(request, "job_detail.html", context)
+
+
+@live_region
+def job_detail_live(request: HttpRequest, pk: int) -> HttpResponse:
+    """State, reason, estimated start, devices and events of one job (another team's job is a 404)."""
+    job = get_object_or_404(visible_jobs(request.user).defer("command"), pk=pk)  # the region shows no command
+    response = render(request, "live/job.html", console.job_live(job, request.user))
+    if job.is_final:
+        response.status_code = HTMX_STOP_POLLING  # nothing here changes any more
+    return response
 
 
 @login_required
 def cluster(request: HttpRequest) -> HttpResponse:
-    nodes = list(Node.objects.prefetch_related("devices"))
-    busy: dict[int, list[str]] = {}
-    mine = None if request.user.is_staff else set(job_service.teams_of(request.user))
-    for device_id, job_id, team_id, template in Allocation.objects.filter(end__isnull=True).values_list(
-        "device_id", "job_id", "job__team_id", "vnpu_template__name"
-    ):
-        # Other teams' jobs show as "in use": nobody learns another team's job ids here.
-        label = f"#{job_id}" if mine is None or team_id in mine else "in use"
-        busy.setdefault(device_id, []).append(label + (f" ({template})" if template else ""))
-    grid = [(node, [(d, busy.get(d.pk, [])) for d in node.devices.all()]) for node in nodes]
-    return render(request, "cluster.html", {"grid": grid})
+    return render(request, "cluster.html", {"overview": cluster_overview(_visible_teams(request.user))})
+
+
+@live_region
+def cluster_live(request: HttpRequest) -> HttpResponse:
+    """The summary and the card grid of /cluster/."""
+    return render(request, "live/cluster.html", {"overview": cluster_overview(_visible_teams(request.user))})
 
 
 def _is_lead(user: object, team: Team) -> bool:
@@ -232,30 +235,31 @@ def _explain(job: Job) -> dict[str, object] | None:
         return None
 
 
-@login_required
-def node_detail(request: HttpRequest, name: str) -> HttpResponse:
-    node = get_object_or_404(Node, name=name)
-    devices = list(node.devices.all())
-    slices: dict[int, list[tuple[str, str]]] = {}
-    cores: dict[int, int] = {}
-    mine = None if request.user.is_staff else set(visible_jobs(request.user).values_list("id", flat=True))
-    for a in Allocation.objects.filter(device__node=node, end__isnull=True).select_related("vnpu_template"):
-        # Other teams' jobs show as "in use": nobody learns another team's job ids here.
-        label = f"#{a.job_id}" if mine is None or a.job_id in mine else "in use"
-        slices.setdefault(a.device_id, []).append((label, a.vnpu_template.name if a.vnpu_template else "whole card"))
-        if a.vnpu_template is not None:
-            cores[a.device_id] = cores.get(a.device_id, 0) + a.vnpu_template.ai_cores
-    rows = [{"device": d, "held": slices.get(d.pk, []), "cores_used": cores.get(d.pk, 0)} for d in devices]
-    audit = AuditEvent.objects.filter(target=node.name).select_related("actor")[:20] if request.user.is_staff else []
-    health = node.health_events.select_related("device").order_by("-at")[:20] if hasattr(node, "health_events") else []
-    context = {
+def _node_live(request: HttpRequest, name: str) -> dict[str, object]:
+    node = get_object_or_404(Node.objects.prefetch_related("devices"), name=name)
+    return {
         "node": node,
-        "rows": rows,
-        "audit": audit,
-        "health": health,
+        "rows": node_cards(node, _visible_teams(request.user)),
         "rejoin_polls": Thresholds.from_settings().node_rejoin_polls,
     }
+
+
+@login_required
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    context = _node_live(request, name)
+    node = context["node"]
+    assert isinstance(node, Node)
+    context["audit"] = (
+        AuditEvent.objects.filter(target=node.name).select_related("actor")[:20] if request.user.is_staff else []
+    )
+    context["health"] = node.health_events.select_related("device").order_by("-at")[:20]
     return render(request, "node_detail.html", context)
+
+
+@live_region
+def node_detail_live(request: HttpRequest, name: str) -> HttpResponse:
+    """The node's state line and device table."""
+    return render(request, "live/node.html", _node_live(request, name))
 
 
 @staff_member_required

@@ -353,7 +353,7 @@ def test_wrong_token_is_a_failed_poll_with_a_clear_error_and_changes_nothing(clu
     assert cluster[NODE_A].jobs() == {}
 
 
-def test_polls_leave_a_draining_node_draining_and_show_when_it_is_drained(cluster, submit) -> None:
+def test_a_draining_node_is_drained_when_the_poll_sees_its_last_job_end(cluster, submit) -> None:
     from devices.services.operations import drain_node
 
     job = submit("sleep 1")
@@ -368,5 +368,5 @@ def test_polls_leave_a_draining_node_draining_and_show_when_it_is_drained(cluste
     cluster[name].wait_job(job.agent_job_id, {"succeeded"})
     _poll_until(job, {Job.State.COMPLETED})
     node = Node.objects.get(name=name)
-    assert node.state == Node.State.DRAINING, "the poll never changes an admin's state"
+    assert node.state == Node.State.DRAINED, "the job's end drains the node, with no admin step"
     assert node.drained

@@ -2,8 +2,9 @@
 
 - cordon: no new work lands on the node; what runs there keeps running.
 - drain: the same for the scheduler, and says the node is being emptied — running work
-  finishes, then the node can be serviced.
-- uncordon: the node takes new work again.
+  finishes, then the node is ``drained`` (:mod:`devices.services.draining`) and can be serviced.
+  Draining a node with nothing running drains it at once; draining a drained node changes nothing.
+- uncordon: the node takes new work again (also from ``drained``).
 
 The tick reads ``Node.state`` (only ``ready`` nodes get new work), so a change
 takes effect at the next tick. Asking for the state a node is already in
@@ -18,6 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from devices.models import Node
+from devices.services.draining import mark_drained
 from quotas.models import AuditEvent
 from scheduling.models import Job
 
@@ -44,7 +46,7 @@ def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser |
     """Move node ``name`` to ``target`` and audit it. Raises ``Node.DoesNotExist``."""
     node = Node.objects.select_for_update().get(name=name)
     previous = node.state
-    if previous == target:
+    if previous == target or (target == Node.State.DRAINING and previous == Node.State.DRAINED):
         return NodeOperation(node=node, changed=False, previous=previous)
     node.state = target
     node.save(update_fields=["state"])
@@ -67,8 +69,11 @@ def cordon_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") 
 
 @transaction.atomic
 def drain_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
-    """No new work on the node; running work finishes there."""
-    return _set_state(name, Node.State.DRAINING, "node.drain", actor=actor, reason=reason)
+    """No new work on the node; running work finishes there, then the node is ``drained``."""
+    result = _set_state(name, Node.State.DRAINING, "node.drain", actor=actor, reason=reason)
+    if result.changed and mark_drained():
+        result.node.refresh_from_db(fields=["state"])
+    return result
 
 
 @transaction.atomic

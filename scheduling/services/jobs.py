@@ -18,6 +18,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from devices.models import Device, VnpuTemplate
+from devices.services.draining import mark_drained
 from npuportal import row_reads
 from npuportal.limits import in_words
 from quotas.models import Membership, Team
@@ -455,6 +456,7 @@ def _end(
     old = job.state
     # Never before an allocation's start, even when ``now`` is a failure time in the past.
     Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(now)))
+    mark_drained()  # the last job of a draining node ends: the node is drained
     job.state = state
     job.ended_at = now
     job.pending_reason = ""
@@ -579,6 +581,7 @@ def requeue_job(
         )
         return job
     Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(at)))
+    mark_drained()
     job.state = Job.State.PENDING
     job.started_at = None
     job.launched = False

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from devices.services.draining import mark_drained
 from quotas.services import active_policy
 from scheduling.engine.decide import decide
 from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
@@ -101,6 +102,8 @@ def _run_tick(now: datetime | None) -> TickResult:
         t2b = time.perf_counter()
         keep = not estimated and settings.ESTIMATE_MAX_JOBS > 0  # turned off: clear what passes stored
         _persist(snapshot, loaded, decisions, active.version, result, keep_estimates=keep)
+        # After the evictions, and as a sweep for any path that closed a draining node's last allocation.
+        mark_drained()
         t3 = time.perf_counter()
         result.load_ms = (t1 - t0) * 1000
         result.decide_ms = (t2 - t1) * 1000

@@ -1,6 +1,8 @@
 // The job page's output: the last lines first, then what the run writes, until it is complete.
 // One small request every two seconds while the job runs (GET /api/v1/jobs/<id>/log/?offset=N);
 // none once the run's output is complete. Scrolls along only while the reader is at the bottom.
+// A job that has not started yet has no output: following begins when the page's live region
+// (htmx, templates/live/job.html) says it started, with no reload.
 (function () {
   "use strict";
   var box = document.getElementById("job-output");
@@ -35,5 +37,17 @@
       })
       .catch(function () { say("could not reach the server; retrying"); window.setTimeout(step, interval * 2); });
   }
-  step();
+  function started() {
+    var marker = document.getElementById("job-started");
+    return !marker || marker.getAttribute("data-started") === "yes";
+  }
+  var begun = false;
+  function begin() {
+    if (begun || !started()) { return; }
+    begun = true;
+    say("loading…");
+    step();
+  }
+  document.body.addEventListener("htmx:afterSettle", begin);
+  begin();
 })();

@@ -1,0 +1,71 @@
+"""What the console's job pages show, for the full page and for its live fragment alike.
+
+The live fragments (``/live/...``, polled every few seconds by htmx) call the same functions as
+the pages, so a fragment can never show what its page would not, and a fixed handful of queries
+builds either (pinned in tests/test_live_partials.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from npuportal.api_pagination import InvalidCursor, Keyset
+from scheduling.api.views import JobPagination, visible_jobs
+from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
+from scheduling.models import Job
+from scheduling.reason_text import reason_text
+
+#: Rows per page of the console's job list.
+JOB_LIST_PAGE = 100
+#: Pending and running jobs on the dashboard's queue.
+DASHBOARD_ROWS = 100
+
+
+def job_rows(jobs: Any) -> list[tuple[Job, str]]:
+    """Each job with its wait reason in words ('' when it does not wait)."""
+    return [(job, reason_text(job.pending_reason) if job.pending_reason else "") for job in jobs]
+
+
+def dashboard_queue(user: object) -> list[tuple[Job, str]]:
+    """The user's pending and running jobs, waiting ones first, oldest first."""
+    active = (
+        visible_jobs(user)
+        .defer("command")  # the rows show no command, and one may be tens of KiB
+        .filter(state__in=[Job.State.PENDING, Job.State.RUNNING])
+        .order_by("state", "submitted_at")[:DASHBOARD_ROWS]
+    )
+    return job_rows(active)
+
+
+def job_list_page(user: object, state: str | None, cursor: str | None) -> dict[str, Any]:
+    """Newest jobs first, a page at a time by cursor: one indexed query, never a COUNT of the table."""
+    qs: QuerySet[Job] = visible_jobs(user).defer("command")
+    if state not in Job.State.values:
+        state = None
+    if state:
+        qs = qs.filter(state=state)
+    keyset = Keyset(JobPagination.ordering)
+    try:
+        page = keyset.page(qs, limit=JOB_LIST_PAGE, cursor=cursor or None)
+    except InvalidCursor:
+        page = keyset.page(qs, limit=JOB_LIST_PAGE)  # a stale or edited link: start from the newest
+    return {
+        "rows": job_rows(page.rows),
+        "state": state,
+        "older": page.next_cursor,
+        "newer": page.previous_cursor,
+    }
+
+
+def job_live(job: Job, user: object) -> dict[str, Any]:
+    """The parts of a job's page that change while it waits and runs: state, reason, devices, events."""
+    viewer = Viewer.of(user)
+    return {
+        "job": job,
+        "allocations": job.allocations.select_related("device__node", "vnpu_template"),
+        "events": [(event, event_detail(event, viewer)) for event in events_of(job)],
+        "preempted_for": preempted_for_text(job, viewer) if job.preempt_deadline else "",
+        "reason": reason_text(job.pending_reason) if job.pending_reason else "",
+    }
