@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from scheduling.models import Job
 from scheduling.services.jobs import JobSpec, submit_job
+from tests import browser
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 
 pytestmark = [requires_chromium, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -65,7 +66,7 @@ def test_a_never_runnable_job_offers_its_cancel(demo, user_factory, page) -> Non
     expect(page.get_by_text("It can never run under the current policy and cluster")).to_be_visible()
     page.get_by_role("link", name=f"#{job.pk} huge").click()
     box = page.locator("#never-runnable")
-    expect(box).to_contain_text("This job will never start.")
+    expect(box).to_contain_text("This job will never start: cannot run under the current policy")
     expect(page.locator("#job-reason-detail")).to_contain_text("the largest pool holds 16")
     snap(page, "never runnable")
     page.once("dialog", lambda dialog: dialog.accept())
@@ -104,3 +105,28 @@ def test_a_lead_opening_the_policy_gets_the_console_403(demo, user_factory, page
     page.goto("/no/such/page/")
     expect(page.get_by_role("heading", name="Not found")).to_be_visible()
     snap(page, "unknown page: 404")
+
+
+def test_without_javascript_a_cancel_asks_on_a_page_first(demo, user_factory, page, live_server) -> None:  # noqa: F811
+    lead = user_factory("rosa", team="research", role="lead")
+    job = submit_job(team=lead.memberships.get().team, user=lead, spec=JobSpec(name="sweep", command="true"))
+    context = page.context.browser.new_context(base_url=live_server.url, java_script_enabled=False)
+    try:
+        plain = context.new_page()
+        plain.set_default_timeout(15000)
+        browser._pages[plain] = [browser._pages[page][0] + "-noscript", 0]  # its screenshots named for this test
+        login(plain, "rosa", "pw-rosa")
+        plain.goto(f"/jobs/{job.pk}/")
+        plain.get_by_role("button", name="Cancel job").click()
+        expect(plain.locator("#confirm-question")).to_have_text(f"Cancel job #{job.pk} (sweep)?")
+        job.refresh_from_db()
+        assert job.state == "pending"  # asked, not done
+        snap(plain, "no script: the question on a page")
+        plain.get_by_role("link", name="No, go back").click()
+        expect(plain.locator("#job-state")).to_have_text("Pending")
+        plain.get_by_role("button", name="Cancel job").click()
+        plain.get_by_role("button", name="Yes, cancel it").click()
+        expect(plain.locator("#job-state")).to_have_text("Cancelled")
+        snap(plain, "no script: cancelled after yes")
+    finally:
+        context.close()
