@@ -117,6 +117,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Console pages show times on the policy's clock, labelled (npuportal.display_time).
+    "npuportal.display_time.DisplayZoneMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as axes asks: turns a refused sign-in into the console's "sign-in locked" page.
     "axes.middleware.AxesMiddleware",
@@ -137,7 +139,11 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "npuportal.display_time.clock",
+                "quotas.roles.menu",
             ],
+            # ``{{ t|when }}``: a time in the display zone with its zone's name, on every page.
+            "builtins": ["npuportal.display_time"],
         },
     },
 ]

@@ -26,6 +26,7 @@ from quotas.accounting.exports import render_pdf, statement_context, to_csv
 from quotas.accounting.reports import report_data
 from quotas.accounting.statements import CLUSTER, statement_for
 from quotas.models import AuditEvent, ClassMultiplier, Membership, Rate, RateCard, Statement, Team
+from quotas.roles import FINANCE_GROUP
 from quotas.services import active_policy
 from scheduling.engine.policy import zone
 from scheduling.services.usage import UsageError, month_of
@@ -39,7 +40,7 @@ def is_finance(user: Any) -> bool:
     """Staff, or in the ``finance`` group: sees every team's usage and costs."""
     if not getattr(user, "is_authenticated", False):
         return False
-    return bool(user.is_staff) or user.groups.filter(name="finance").exists()
+    return bool(user.is_staff) or user.groups.filter(name=FINANCE_GROUP).exists()
 
 
 def led_teams(user: Any) -> list[Team]:

@@ -9,16 +9,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from npuportal.confirmation import confirmation_page, confirmed
 from quotas.forms import TeamPolicyForm
 from quotas.models import Policy, Team
+from quotas.roles import admin_required, job_user_required
 from quotas.services import activate_version, active_policy, cluster_facts, create_version
 from quotas.team_policy import TeamChangeError, change_team, team_overview, team_settings
 from scheduling.engine.policy import (
@@ -35,7 +37,7 @@ from scheduling.engine.policy import (
 MAX_POLICY_CHARS = 200_000
 
 
-@staff_member_required
+@admin_required
 def policy_editor(request: HttpRequest) -> HttpResponse:
     """Edit the YAML; validate, diff, dry-run or apply it. Nothing is stored but on apply."""
     active = Policy.objects.filter(is_active=True).first()
@@ -97,13 +99,13 @@ def policy_editor(request: HttpRequest) -> HttpResponse:
     return render(request, "quotas/policy_editor.html", context)
 
 
-@staff_member_required
+@admin_required
 def policy_history(request: HttpRequest) -> HttpResponse:
     versions = Policy.objects.select_related("author").order_by("-version")
     return render(request, "quotas/policy_history.html", {"versions": versions})
 
 
-@staff_member_required
+@admin_required
 def policy_version(request: HttpRequest, version: int) -> HttpResponse:
     record = get_object_or_404(Policy, version=version)
     active = Policy.objects.filter(is_active=True).first()
@@ -122,10 +124,17 @@ def policy_version(request: HttpRequest, version: int) -> HttpResponse:
     )
 
 
-@staff_member_required
+@admin_required
 @require_POST
 def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
     record = get_object_or_404(Policy, version=version)
+    if not confirmed(request):
+        return confirmation_page(
+            request,
+            restore_question(record),
+            action=f"restore v{record.version}",
+            back=reverse("console-policy-history"),
+        )
     try:
         activate_version(record.version, actor=request.user, comment="restored in the console")
     except PolicyError as exc:
@@ -135,14 +144,19 @@ def policy_restore(request: HttpRequest, version: int) -> HttpResponse:
     return redirect("console-policy-history")
 
 
-@staff_member_required
+def restore_question(record: Policy) -> str:
+    """Asked before ``record`` becomes the active policy again (also its forms' ``data-confirm``)."""
+    return f"Restore policy v{record.version}? It becomes the active policy from the next tick."
+
+
+@admin_required
 def team_list(request: HttpRequest) -> HttpResponse:
     """Every team with its weight, fair share, members and base quota under the active policy."""
     active = Policy.objects.filter(is_active=True).first()
     return render(request, "quotas/teams.html", {"rows": team_overview(), "active": active})
 
 
-@staff_member_required
+@admin_required
 def team_edit(request: HttpRequest, name: str) -> HttpResponse:
     """Change one team's weight and base quota; a valid change is a new active policy version."""
     team = get_object_or_404(Team, name=name)
@@ -184,7 +198,7 @@ def team_edit(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "quotas/team_edit.html", {"team": team, "row": row, "form": form, "active": active})
 
 
-@login_required
+@job_user_required
 def team_quota(request: HttpRequest) -> HttpResponse:
     """A team's quota in force now and over the week, for its members; admins see every team."""
     user = request.user
@@ -218,19 +232,34 @@ def team_quota(request: HttpRequest) -> HttpResponse:
     )
 
 
+#: Session key holding a token's key between its creation and the page that shows it once.
+NEW_TOKEN_KEY = "console.new_api_token"
+
+
+def revoke_question(name: str) -> str:
+    return f"Revoke the token {name!r}? Scripts and the CLI using it stop working at once."
+
+
 @login_required
 def api_tokens(request: HttpRequest) -> HttpResponse:
-    """A user's own API tokens: make one (the key is shown once), revoke one."""
+    """A user's own API tokens: make one (the key is shown once), revoke one.
+
+    Both answer with a redirect, so reloading the page never makes a second token:
+    a new key waits in the session for the next view of the page and is dropped there.
+    """
     from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
     from quotas.models import ApiToken
 
-    new_key = None
     error = ""
     if request.method == "POST":
         if "revoke" in request.POST:
             token = ApiToken.objects.filter(user=request.user, pk=request.POST.get("revoke")).first()
             if token is None:
                 error = "No such token of yours."
+            elif not confirmed(request):
+                return confirmation_page(
+                    request, revoke_question(token.name), action="revoke it", back=reverse("console-api-tokens")
+                )
             else:
                 revoke_token(token)
                 messages.success(request, f"Token {token.name!r} is revoked.")
@@ -242,8 +271,15 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
             else:
                 try:
                     with transaction.atomic():
-                        _, new_key = issue_token(request.user, name)
+                        _, key = issue_token(request.user, name)
                 except TokenLimitReached as exc:
                     error = str(exc)
+                else:
+                    request.session[NEW_TOKEN_KEY] = key
+                    return redirect("console-api-tokens")
+    new_key = request.session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None
     tokens = ApiToken.objects.filter(user=request.user).order_by("-created")
-    return render(request, "quotas/api_tokens.html", {"tokens": tokens, "new_key": new_key, "error": error})
+    response = render(request, "quotas/api_tokens.html", {"tokens": tokens, "new_key": new_key, "error": error})
+    if new_key:
+        response["Cache-Control"] = "no-store"  # the key is on this page once: no copy in a cache
+    return response

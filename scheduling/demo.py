@@ -13,12 +13,14 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from devices.models import Device, Node, VnpuTemplate
 from quotas.models import Department, Membership, Policy, Team
+from quotas.roles import FINANCE_GROUP
 from quotas.services import create_version
 from scheduling.models import Allocation, Job, JobEvent
 
@@ -139,6 +141,11 @@ def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[st
             passwords[username] = secrets.token_urlsafe(9)
             user = User.objects.create_user(username, f"{username}@example.com", passwords[username])
         Membership.objects.get_or_create(user=user, team=teams[name], defaults={"role": Membership.Role.LEAD})
+    if not User.objects.filter(username="finance").exists():
+        # Reports, statements and rate cards of every team; no team, so no jobs (quotas/roles.py).
+        passwords["finance"] = secrets.token_urlsafe(9)
+        finance = User.objects.create_user("finance", "finance@example.com", passwords["finance"])
+        finance.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
     if passwords:
         lines = [f"{u}\t{p}" for u, p in passwords.items()]
         path = logins_file()

@@ -15,6 +15,7 @@ TEXT = {
     "Topology": "No placement fits its shape (devices per node, rings or whole nodes).",
     "ChipModelUnavailable": "The cluster has no devices of the chip model it asks for.",
     "NodeUnhealthy": "The devices it could use are unhealthy, cordoned or down.",
+    "NeverRunnable": "It can never run under the current policy and cluster: cancel it, or ask an admin.",
     "PreemptionGrace": "Devices are being reclaimed for it; lower-priority jobs get a grace period to finish.",
     "Preempted": "It was preempted and is queued again, keeping its place by submit time.",
     "DeviceFailed": "Its device failed; it was requeued to run elsewhere.",

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from functools import wraps
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRefresh, HttpResponseStopPolling
@@ -21,7 +21,9 @@ from django_htmx.http import HttpResponseClientRefresh, HttpResponseStopPolling
 from devices.models import Node
 from devices.services.health import Thresholds
 from devices.services.overview import cluster_overview, node_cards
+from npuportal.confirmation import confirmation_page, confirmed
 from quotas.models import AuditEvent, Membership, Team
+from quotas.roles import admin_required, job_user_required, roles_of
 from quotas.services import active_policy
 from scheduling.api.views import visible_jobs
 from scheduling.engine.policy import quota_at, zone
@@ -54,6 +56,8 @@ def _visible_teams(user: object) -> set[int] | None:
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
+    if roles_of(request.user).finance_only:  # no team, no jobs: finance starts on the reports
+        return redirect("reports")
     context = {"rows": console.dashboard_queue(request.user), "cards": team_cards(request.user)}
     return render(request, "dashboard.html", context)
 
@@ -64,7 +68,7 @@ def dashboard_live(request: HttpRequest) -> HttpResponse:
     return render(request, "live/dashboard.html", {"rows": console.dashboard_queue(request.user)})
 
 
-@login_required
+@job_user_required
 def job_list(request: HttpRequest) -> HttpResponse:
     page = console.job_list_page(request.user, request.GET.get("state"), request.GET.get("cursor"))
     context = {**page, "states": Job.State.choices, "paged": "cursor" in request.GET}
@@ -158,8 +162,9 @@ def team_cards(user: object) -> list[dict[str, object]]:
     return cards
 
 
-@login_required
+@job_user_required
 def job_submit(request: HttpRequest) -> HttpResponse:
+    """One job, or a job array of ``copies`` (as the API's ``array``), under the same rules and limits."""
     form = JobSubmitForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -173,15 +178,26 @@ def job_submit(request: HttpRequest) -> HttpResponse:
             estimated_duration_s=data["estimated_duration_s"],
             max_duration_s=data["max_duration_s"],
         )
+        copies = data["array"]
         try:
-            job = job_service.submit_job(team=data["team"], user=request.user, spec=spec)
+            if copies:
+                jobs = job_service.submit_array(team=data["team"], user=request.user, spec=spec, count=copies)
+            else:
+                jobs = [job_service.submit_job(team=data["team"], user=request.user, spec=spec)]
         except job_service.SubmissionError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            form.add_error(form.field_for(exc.field), exc.message)
         except job_service.PermissionDenied as exc:
             form.add_error("team", str(exc))
         else:
-            messages.success(request, f"Job #{job.pk} is queued; the scheduler looks at it within seconds.")
-            return redirect("console-job-detail", pk=job.pk)
+            first = jobs[0]
+            if not copies:
+                messages.success(request, f"Job #{first.pk} is queued; the scheduler looks at it within seconds.")
+                return redirect("console-job-detail", pk=first.pk)
+            messages.success(
+                request,
+                f"Job array {first.array_id} is queued: {len(jobs)} jobs, #{first.pk} to #{jobs[-1].pk}.",
+            )
+            return redirect("console-job-list")
     return render(request, "job_submit.html", {"form": form})
 
 
@@ -189,6 +205,10 @@ def job_submit(request: HttpRequest) -> HttpResponse:
 @require_POST
 def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
+    if not confirmed(request):
+        return confirmation_page(
+            request, cancel_question(job), action="cancel it", back=reverse("console-job-detail", args=[job.pk])
+        )
     try:
         job_service.cancel_job(job.pk, actor=request.user)
     except (job_service.SubmissionError, job_service.PermissionDenied) as exc:
@@ -196,6 +216,11 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Job #{job.pk} is cancelled.")
     return redirect("console-job-detail", pk=job.pk)
+
+
+def cancel_question(job: Job) -> str:
+    """The question the console asks before cancelling ``job`` (also its form's ``data-confirm``)."""
+    return f"Cancel job #{job.pk} ({job.name})?"
 
 
 @login_required
@@ -262,7 +287,14 @@ def node_detail_live(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "live/node.html", _node_live(request, name))
 
 
-@staff_member_required
+#: Node operations that take cards out of service: asked before they are done.
+NODE_QUESTIONS = {
+    "cordon": "Cordon {name}? No new job starts on it; running jobs go on.",
+    "drain": "Drain {name}? No new job starts on it, and it is drained when its jobs end.",
+}
+
+
+@admin_required
 @require_POST
 def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     from devices.services import operations
@@ -270,6 +302,14 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     ops = {"cordon": operations.cordon_node, "drain": operations.drain_node, "uncordon": operations.uncordon_node}
     if action not in ops:
         raise Http404("unknown action")
+    if action in NODE_QUESTIONS and not confirmed(request):
+        get_object_or_404(Node, name=name)
+        return confirmation_page(
+            request,
+            NODE_QUESTIONS[action].format(name=name),
+            action=action,
+            back=reverse("console-node-detail", args=[name]),
+        )
     try:
         result = ops[action](name, actor=request.user, reason=request.POST.get("reason", ""))
     except Node.DoesNotExist as exc:
@@ -281,7 +321,7 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     return redirect("console-node-detail", name=name)
 
 
-@staff_member_required
+@admin_required
 def audit_log(request: HttpRequest) -> HttpResponse:
     events = AuditEvent.objects.select_related("actor")[:300]
     return render(request, "audit_log.html", {"events": events})

@@ -44,6 +44,7 @@ def test_lead_submits_sees_why_it_waits_then_runs_and_cancels(demo, user_factory
     assert page.locator("#job-state").inner_text() == "Running"
     assert "ascend-a-01" in page.content()
 
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cancel job #N (ablation-7)?"
     page.get_by_role("button", name="Cancel job").click()
     expect(page.locator("#job-state")).to_have_text("Cancelled")
     job.refresh_from_db()
@@ -57,6 +58,7 @@ def test_admin_cordons_a_node_and_the_tick_places_nothing_there(demo, user_facto
     page.get_by_role("link", name="Cluster").click()
     page.get_by_role("link", name="ascend-a-01").click()
     page.get_by_label("Reason").fill("replace fan")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cordon ascend-a-01? ..."
     page.get_by_role("button", name="Cordon", exact=True).click()
     expect(page.locator("#node-state")).to_have_text("Cordoned")
     assert Node.objects.get(name="ascend-a-01").state == "cordoned"
@@ -110,6 +112,7 @@ def test_user_creates_uses_and_revokes_an_api_token(demo, user_factory, page) ->
     base = page.url.split("/tokens/")[0]
     ok = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=10)
     assert ok.status_code == 200
+    page.once("dialog", lambda dialog: dialog.accept())  # "Revoke the token 'laptop'? ..."
     page.get_by_role("button", name="Revoke laptop").click()
     expect(page.locator("#tokens")).not_to_contain_text("laptop")
     refused = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=10)

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from npuportal.display_time import as_shown
 from quotas.models import Team
 from quotas.services import create_version
 from scheduling.disclosure import ANOTHER_TEAM, Viewer, other_job_text
@@ -138,7 +139,7 @@ def test_completed_with_an_earlier_agent_end_time_is_still_last_and_shows_that_t
     html = console.get(f"/jobs/{borrower}/").content.decode()
     rows = html[html.index('id="events"') :]
     assert rows.index("PreemptionScheduled") < rows.index("Completed")
-    assert timezone.localtime(ended).strftime("%Y-%m-%d %H:%M:%S") in rows
+    assert as_shown(ended, "s") in rows  # on the policy's clock, with its zone
 
 
 def test_a_refused_launch_does_not_name_the_other_teams_run_holding_the_device(reclaimed, api) -> None:

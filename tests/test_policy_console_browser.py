@@ -44,6 +44,7 @@ def test_admin_sees_inline_errors_then_applies_and_restores(demo, user_factory, 
     assert "Policy v2 is active" in page.content()
     assert Policy.objects.get(is_active=True).version == 2
 
+    page.once("dialog", lambda dialog: dialog.accept())  # "Restore policy v1? ..."
     page.get_by_role("button", name="Restore v1").click()
     page.wait_for_url("**/policy/history/")
     assert Policy.objects.get(is_active=True).version == 1

@@ -75,4 +75,6 @@ def test_admin_changes_a_team_weight_invalid_then_valid(demo, user_factory, page
     expect(page.locator("#fair-share-training .norm-shares")).to_contain_text("0.5455")
     assert page.locator("#fair-share tbody tr").count() == 1  # their team only
     assert page.get_by_role("link", name="Teams").count() == 0
-    assert page.goto("/teams/training/").url.endswith("/login/?next=/teams/training/")
+    refused = page.goto("/teams/training/")
+    assert refused is not None and refused.status == 403  # the console's 403 page, not a sign-in
+    expect(page.get_by_role("heading", name="Not allowed")).to_be_visible()

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from npuportal.display_time import as_shown
 from quotas.services import create_version
 from scheduling.models import Job, TickRecord
 from scheduling.services.jobs import cancel_job
@@ -137,7 +138,7 @@ def test_the_console_queue_shows_the_day_and_time_of_an_estimate(demo, api, user
     assert _estimate(behind) == when
     client.force_login(lead)
     page = client.get("/jobs/").content.decode()
-    assert f"estimated start {timezone.localtime(when):%b} {timezone.localtime(when).day}, " in page
+    assert f"estimated start {as_shown(when)}" in page  # "2026-12-05 00:10 CST": the date, not only the time
     assert _estimate(second) == t0 + timedelta(days=3)
 
 

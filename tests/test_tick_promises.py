@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from devices.models import Device
+from npuportal.display_time import as_shown
 from quotas.services import create_version
 from scheduling.models import Job, JobPromise
 from scheduling.services.tick import run_tick
@@ -117,8 +118,8 @@ def test_a_preemption_whose_job_was_cancelled_is_called_off_at_its_deadline(demo
     assert victim.preempted_for == reclaim and victim.preempt_deadline == t0 + timedelta(seconds=65)
     # The victim's team sees it coming, in the list and on the job's page.
     client.force_login(trainer)
-    stops = timezone.localtime(victim.preempt_deadline)
-    assert f"preempted: stops at {stops:%H:%M:%S}" in client.get("/jobs/").content.decode()
+    stops = as_shown(victim.preempt_deadline, "time")  # "00:17:59 UTC" on the policy's clock, labelled
+    assert f"preempted: stops at {stops}" in client.get("/jobs/").content.decode()
     assert 'id="job-preemption"' in client.get(f"/jobs/{borrower}/").content.decode()
 
     cancel_job(reclaim, actor=researcher)  # the reclaim is no longer wanted
