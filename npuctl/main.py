@@ -243,7 +243,8 @@ def _utc(moment: datetime) -> str:
 def cmd_history(api: Client, args: argparse.Namespace) -> int:
     """Ended jobs, like sacct: what ran, how long, how it ended, what it used."""
     states = _states(args.state, ENDED_STATES, ENDED_STATES)
-    since = args.since or parse_moment(HISTORY_DEFAULT_SINCE)
+    # Without --since: the day before --until (or before now), so `--until 3d` alone still shows a day.
+    since = args.since or parse_moment(HISTORY_DEFAULT_SINCE, args.until)
     if args.until is not None and args.until <= since:
         raise _UsageError(f"--until ({when(args.until.isoformat())}) must be after --since ({when(since.isoformat())})")
     params: dict[str, Any] = {
@@ -733,7 +734,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--since",
         type=_moment,
         metavar="WHEN",
-        help="ended at or after WHEN: 2026-11-01, 2026-11-01T08:00, or a time ago like 7d, 12h (default 1d)",
+        help="ended at or after WHEN: 2026-11-01, 2026-11-01T08:00, or a time ago like 7d, 12h "
+        "(default: a day before --until)",
     )
     p.add_argument("--until", type=_moment, metavar="WHEN", help="ended at or before WHEN (same forms; default now)")
     p.add_argument(

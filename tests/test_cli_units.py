@@ -282,3 +282,20 @@ def test_history_piped_into_head_prints_no_traceback(tmp_path) -> None:
     assert len(piped.stdout.splitlines()) == 2 and piped.stdout.split()[0] == "JOBID"
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
     assert piped.stderr.strip().splitlines() == ["exit 141"]
+
+
+def test_until_alone_shows_the_day_before_it(capsys, monkeypatch) -> None:
+    import urllib.parse
+
+    _History.queries = []
+    with _serving(_History) as url:
+        monkeypatch.setenv("NPUPORTAL_URL", url)
+        monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+        assert main(["--json", "history", "--until", "2026-11-10T00:00Z"]) == 0
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(_History.queries[0]).query)
+    assert query["ended_after"] == ["2026-11-09T00:00:00Z"] and query["state"] == [
+        "completed",
+        "failed",
+        "cancelled",
+        "preempted",
+    ]
