@@ -1,4 +1,4 @@
-"""``npuctl``: submit and watch jobs, see quotas, nodes and usage, manage the policy.
+"""``npuctl``: submit and watch jobs, see ended ones, quotas, nodes, usage and cost, manage the policy.
 
 Exit codes (a contract with scripts):
   0 ok · 1 the API refused (bad input, not found) · 2 usage error (a bad option, ``--url``, ``--timeout``
@@ -20,11 +20,13 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from npuctl import __version__
 from npuctl.client import AuthFailed, Client, Refused, Unreachable
-from npuctl.durations import format_duration, parse_duration
+from npuctl.durations import format_duration, parse_duration, parse_moment
+from npuctl.hostlist import compress
 from npuctl.tables import table, when
 
 #: Seconds between two asks of ``logs --follow`` when nothing new came.
@@ -38,6 +40,10 @@ INTERRUPTED, BROKEN_PIPE = 130, 141
 MAX_TIMEOUT_S = 86400.0
 ACTIVE_STATES = ["pending", "running"]
 STATES = ["pending", "running", "completed", "failed", "cancelled", "preempted"]
+#: The states a job ends in (``npuctl history``), as the portal's Job.FINAL_STATES.
+ENDED_STATES = ["completed", "failed", "cancelled", "preempted"]
+#: ``npuctl history`` without ``--since``: the last day.
+HISTORY_DEFAULT_SINCE = "1d"
 _VERSION_REF = re.compile(r"^(v?\d+|active)$")
 
 
@@ -120,6 +126,22 @@ def _timeout(text: str) -> float:
     return value
 
 
+def _moment(text: str) -> datetime:
+    try:
+        return parse_moment(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _states(given: list[str] | None, allowed: list[str], default: list[str], extra: Sequence[str] = ()) -> list[str]:
+    """``--state`` values, comma-separated or repeated; a usage error naming ``--state`` for one not allowed."""
+    states = [s.strip() for group in (given or []) for s in group.split(",") if s.strip()] or default
+    unknown = [s for s in states if s not in [*allowed, *extra]]
+    if unknown:
+        raise _UsageError(f"--state {unknown[0]!r}: one of {', '.join([*allowed, *extra])}")
+    return states
+
+
 def _month(text: str) -> str:
     if not re.fullmatch(r"\d{4}-\d{2}", text) or not 1 <= int(text[5:]) <= 12:
         raise argparse.ArgumentTypeError(f"{text!r} is not a month like 2026-11")
@@ -172,11 +194,8 @@ def _preempted(job: dict[str, Any]) -> str:
 
 
 def cmd_queue(api: Client, args: argparse.Namespace) -> int:
-    states = [s for group in (args.state or []) for s in group.split(",") if s] or ACTIVE_STATES
+    states = _states(args.state, STATES, ACTIVE_STATES, extra=["all"])
     params: dict[str, Any] = {"state": None if "all" in states else states, "team": args.team, "user": args.user}
-    unknown = [s for s in states if s not in [*STATES, "all"]]
-    if unknown:
-        raise _UsageError(f"--state {unknown[0]!r}: one of {', '.join(STATES)} or all")
     jobs = api.get_all("jobs/", limit=1000, **params)
     if api.truncated:  # a queue this long is read in part; say so rather than look complete
         _err(f"showing the first {len(jobs)} jobs only; narrow the list with --state, --team or --user")
@@ -194,11 +213,70 @@ def cmd_queue(api: Client, args: argparse.Namespace) -> int:
             j["state"],
             j["pending_reason"] if j["state"] == "pending" else _preempted(j),
             when(j.get("estimated_start")) if j["state"] == "pending" else "",
+            compress(j.get("nodes") or []),
         )
         for j in sorted(jobs, key=lambda j: (j["state"] != "running", j["id"]))
     ]
-    headers = ("JOBID", "NAME", "TEAM", "USER", "CLASS", "DEV", "STATE", "REASON", "EST_START")
+    headers = ("JOBID", "NAME", "TEAM", "USER", "CLASS", "DEV", "STATE", "REASON", "EST_START", "NODELIST")
     _out(table(headers, rows, right=("JOBID",)))
+    return OK
+
+
+def elapsed(job: dict[str, Any]) -> str:
+    """A job's last run, start to end, as sacct's Elapsed: ``1:02:03``, ``2-03:04:05`` past a day; ``0:00:00`` unrun."""
+    start, end = job.get("started_at"), job.get("ended_at")
+    seconds = 0
+    if start and end:
+        try:
+            seconds = max(0, int((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()))
+        except ValueError:
+            seconds = 0
+    days, left = divmod(seconds, 86400)
+    text = f"{left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d}"
+    return f"{days}-{left // 3600:02d}:{left % 3600 // 60:02d}:{left % 60:02d}" if days else text
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cmd_history(api: Client, args: argparse.Namespace) -> int:
+    """Ended jobs, like sacct: what ran, how long, how it ended, what it used."""
+    states = _states(args.state, ENDED_STATES, ENDED_STATES)
+    # Without --since: the day before --until (or before now), so `--until 3d` alone still shows a day.
+    since = args.since or parse_moment(HISTORY_DEFAULT_SINCE, args.until)
+    if args.until is not None and args.until <= since:
+        raise _UsageError(f"--until ({when(args.until.isoformat())}) must be after --since ({when(since.isoformat())})")
+    params: dict[str, Any] = {
+        "state": states,
+        "team": args.team,
+        "user": args.user,
+        "ended_after": _utc(since),
+        # The API's bound is exclusive; a whole second later keeps a job ending at --until itself.
+        "ended_before": _utc(args.until + timedelta(seconds=1)) if args.until is not None else None,
+    }
+    jobs = api.get_all("jobs/", limit=1000, **params)
+    if api.truncated:
+        _err(f"showing the first {len(jobs)} jobs only; narrow the list with --since, --until, --state or --user")
+    jobs.sort(key=lambda j: (j.get("ended_at") or "", j["id"]))
+    if args.json:
+        _json(jobs)
+        return OK
+    rows = [
+        (
+            j["id"],
+            j["name"][:24],
+            j["team"],
+            j["state"],
+            elapsed(j),
+            j.get("exit_code"),
+            f"{j['device_hours']:.2f}" if j.get("device_hours") is not None else None,
+            when(j.get("ended_at")),
+        )
+        for j in jobs
+    ]
+    headers = ("JOBID", "NAME", "TEAM", "STATE", "ELAPSED", "EXIT", "DEV_HOURS", "END")
+    _out(table(headers, rows, right=("JOBID", "ELAPSED", "EXIT", "DEV_HOURS")))
     return OK
 
 
@@ -428,15 +506,39 @@ def cmd_usage(api: Client, args: argparse.Namespace) -> int:
         _json(results if len(results) > 1 or not args.team else results[0])
         return OK
     rows = []
+    notes = []
     for usage in results:
-        for chip, hours in sorted(usage["device_hours"].items()):
-            rows.append((usage["team"], usage["month"], chip, f"{hours:.1f}"))
+        cost = usage.get("cost") or {}  # a server from before costs has none
+        by_chip = cost.get("by_chip") or {}
+        currency = cost.get("currency") or ""
+        for chip in sorted({*usage["device_hours"], *by_chip}):
+            hours = usage["device_hours"].get(chip)
+            rows.append(
+                (
+                    usage["team"],
+                    usage["month"],
+                    chip,
+                    f"{hours:.1f}" if hours is not None else None,
+                    by_chip.get(chip) if cost else None,
+                )
+            )
         budget = usage.get("device_hours_per_month")
         total = f"{usage['total_device_hours']:.1f}" + (f" of {_number(budget)}" if budget is not None else "")
-        rows.append((usage["team"], usage["month"], "total", total))
-    _out(table(("TEAM", "MONTH", "CHIP", "DEVICE-HOURS"), rows, right=("DEVICE-HOURS",)))
+        amount = f"{cost['amount']} {currency}".strip() if cost else None
+        rows.append((usage["team"], usage["month"], "total", total, amount))
+        if cost:
+            basis = (
+                "its closed statement"
+                if cost.get("basis") == "statement"
+                else "usage so far, running jobs up to now; idle and reservation shares come at the monthly close"
+            )
+            notes.append(f"cost of {usage['team']} in {usage['month']}: {amount} ({basis})")
+            notes.extend(f"warning: {w}" for w in cost.get("warnings") or [])
+    _out(table(("TEAM", "MONTH", "CHIP", "DEVICE-HOURS", "COST"), rows, right=("DEVICE-HOURS", "COST")))
     if len(results) == 1:
         _out(f"running jobs {results[0]['running_jobs']}, pending jobs {results[0]['pending_jobs']}")
+    for note in notes:
+        _out(note)
     return OK
 
 
@@ -627,6 +729,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--team")
     p.add_argument("--user")
 
+    p = command("history", cmd_history, "ended jobs: elapsed time, state, exit code, device-hours; like sacct")
+    p.add_argument(
+        "--since",
+        type=_moment,
+        metavar="WHEN",
+        help="ended at or after WHEN: 2026-11-01, 2026-11-01T08:00, or a time ago like 7d, 12h "
+        "(default: a day before --until)",
+    )
+    p.add_argument("--until", type=_moment, metavar="WHEN", help="ended at or before WHEN (same forms; default now)")
+    p.add_argument(
+        "--state", action="append", metavar="STATE", help=f"{', '.join(ENDED_STATES)}; comma-separated or repeated"
+    )
+    p.add_argument("--team")
+    p.add_argument("--user")
+
     p = command("cancel", cmd_cancel, "cancel jobs")
     p.add_argument("jobs", nargs="+", type=_job_id, metavar="JOB")
 
@@ -645,7 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("nodes", cmd_nodes, "nodes and their devices, like sinfo")
 
-    p = command("usage", cmd_usage, "device-hours per chip model in a month (team leads and admins)")
+    p = command("usage", cmd_usage, "device-hours and cost per chip model in a month (team leads and admins)")
     p.add_argument("--month", type=_month, metavar="YYYY-MM", help="default: this month")
     p.add_argument("--team")
 

@@ -219,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         m = result["policy"]
         line = (
             f"{m['jobs']['started']}/{m['jobs']['total']} jobs started, "
+            f"{m['jobs']['never_runnable']} never runnable (skipped), "
             f"utilisation {m['devices']['utilisation']:.1%}, wait p50/p95 "
             f"{m['wait_s']['overall']['p50']}/{m['wait_s']['overall']['p95']} s, "
             f"{result['input']['wall_s']} s wall -> {args.out}\n"

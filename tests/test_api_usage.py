@@ -119,3 +119,49 @@ def test_bad_months_are_refused(site, label) -> None:
 def test_a_future_month_is_empty(site) -> None:
     usage = team_usage(Team.objects.get(name="t1"), active_policy().policy, month="2030-01")
     assert usage.device_hours == {} and usage.total_device_hours == 0.0
+
+
+# -- cost (GET /api/v1/teams/{name}/usage/) -------------------------------------------
+
+
+@pytest.fixture
+def costly(demo, user_factory):
+    """A team of its own on the demo site (its rate card: 910B4 at 12.00 CNY per device-hour)."""
+    Team.objects.create(name="costly")
+    return user_factory("costly-lead", team="costly", role="lead"), user_factory("costly-member", team="costly")
+
+
+def test_usage_answers_this_months_cost_so_far_in_the_rate_cards_currency(costly, api) -> None:
+    from django.utils import timezone
+
+    lead, _ = costly
+    now = timezone.now()
+    job = _job("costly", lead, state="running")
+    device = Device.objects.filter(chip_model="910B4").first()
+    Allocation.objects.create(job=job, device=device, start=now - timedelta(minutes=15))  # still running
+    body = api(lead).get("/api/v1/teams/costly/usage/").json()
+    assert body["total_device_hours"] == pytest.approx(0.25)
+    cost = body["cost"]
+    assert cost["currency"] == "CNY" and cost["basis"] == "usage so far"
+    assert cost["amount"] == "3.00" and cost["by_chip"] == {"910B4": "3.00"}  # 0.25 h × 12.00 × normal 1.0
+    assert cost["month"] == body["month"]
+
+
+def test_a_closed_month_answers_its_statement(demo, user_factory, api) -> None:
+    from quotas.accounting.statements import previous_month
+    from quotas.models import Statement
+
+    lead = user_factory("cost-lead", team="training", role="lead")
+    label = previous_month()
+    statement = Statement.objects.get(team__name="training", month=label)
+    cost = api(lead).get(f"/api/v1/teams/training/usage/?month={label}").json()["cost"]
+    assert cost["basis"] == "statement" and cost["amount"] == str(statement.total)
+    assert cost["currency"] == statement.currency
+
+
+def test_cost_is_for_leads_and_admins_only_and_months_are_checked(costly, api) -> None:
+    _, member = costly
+    assert api(member).get("/api/v1/teams/costly/usage/").status_code == 403
+    lead, _ = costly
+    resp = api(lead).get("/api/v1/teams/costly/usage/?month=2026-13")
+    assert resp.status_code == 400 and resp.json()["field"] == "month"

@@ -66,7 +66,7 @@ def test_submit_queue_show_cancel(cli) -> None:
     code, out, _ = cli("lead", "queue")
     assert code == 0
     header, *rows = _rows(out)
-    assert header == ["JOBID", "NAME", "TEAM", "USER", "CLASS", "DEV", "STATE", "REASON", "EST_START"]
+    assert header == ["JOBID", "NAME", "TEAM", "USER", "CLASS", "DEV", "STATE", "REASON", "EST_START", "NODELIST"]
     mine = [r for r in rows if r[0] == str(job_id)]
     assert mine and mine[0][1:7] == ["bert", "training", "cli-member", "normal", "2x910B4", "pending"]
     assert all(r[6] in ("pending", "running") for r in rows)
@@ -155,7 +155,8 @@ def test_quota_nodes_usage_tables(cli) -> None:
     assert rows["ascend-310p-01"][1:3] == ["310P3", "4"]
 
     code, out, _ = cli("lead", "usage", "--month", "2020-01")
-    assert code == 0 and ["training", "2020-01", "total", "0.0"] in _rows(out)
+    assert code == 0 and ["training", "2020-01", "total", "0.0", "0.00"] in _rows(out)
+    assert "warning: no rate card is in force from 2020-01-01" in out  # no price then: said, not hidden
     code, out, _ = cli("admin", "--json", "usage")
     assert code == 0 and {u["team"] for u in json.loads(out)} == {"inference", "training", "research"}
     code, out, _ = cli("admin", "quota")
@@ -238,3 +239,99 @@ def test_a_preempted_running_job_says_when_it_stops(cli) -> None:
     assert code == 0 and "must be off its devices by" in out and "called off if no waiting job" in out
     code, out, _ = cli("member", "queue", "--user", "cli-member")
     assert code == 0 and f"preempted, stops {deadline.astimezone():%m-%d %H:%M}" in out  # (npuctl: local time)
+
+
+def _ended(user_name: str, state: str, *, ended_ago_h: float, ran_s: int, exit_code: int | None, nodes=()):
+    """A job of ``user_name`` that ended ``ended_ago_h`` hours ago after ``ran_s`` seconds on ``nodes``' card 0."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from devices.models import Device
+    from quotas.models import Team
+    from scheduling.models import Allocation
+
+    ended = timezone.now() - timedelta(hours=ended_ago_h)
+    started = ended - timedelta(seconds=ran_s)
+    job = Job.objects.create(
+        team=Team.objects.get(name="training"), submitter=get_user_model().objects.get(username=user_name),
+        name=f"{state}-job", command="python x.py", priority_class="normal", num_devices=len(nodes) or 1,
+        state=state, submitted_at=started - timedelta(minutes=1), started_at=started, ended_at=ended,
+        exit_code=exit_code,
+    )  # fmt: skip
+    for node in nodes:
+        Allocation.objects.create(
+            job=job, device=Device.objects.get(node__name=node, index=0), start=started, end=ended
+        )
+    return job
+
+
+def test_queue_shows_the_nodes_of_a_running_job(cli) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from devices.models import Device
+    from scheduling.models import Allocation
+
+    job = _ended("cli-member", "running", ended_ago_h=0, ran_s=600, exit_code=None)
+    Job.objects.filter(pk=job.pk).update(ended_at=None, num_devices=3)
+    for node, index in (("ascend-b4-01", 0), ("ascend-b4-01", 1), ("ascend-b4-02", 0)):
+        device = Device.objects.get(node__name=node, index=index)
+        Allocation.objects.create(job=job, device=device, start=timezone.now() - timedelta(minutes=10))
+    code, out, _ = cli("member", "queue", "--user", "cli-member")
+    assert code == 0
+    (row,) = [r for r in _rows(out)[1:] if r[0] == str(job.pk)]
+    assert row[6] == "running" and row[-1] == "ascend-b4-[01-02]"
+    code, out, _ = cli("member", "--json", "queue", "--user", "cli-member")
+    assert [j["nodes"] for j in json.loads(out)] == [["ascend-b4-01", "ascend-b4-02"]]
+
+
+def test_history_lists_ended_jobs_with_elapsed_exit_and_device_hours(cli) -> None:
+    done = _ended("cli-member", "completed", ended_ago_h=2, ran_s=3723, exit_code=0, nodes=["ascend-b4-01"])
+    failed = _ended(
+        "cli-member", "failed", ended_ago_h=30, ran_s=1800, exit_code=3, nodes=["ascend-b4-01", "ascend-b4-02"]
+    )
+    cancelled = _ended("cli-member", "cancelled", ended_ago_h=1, ran_s=60, exit_code=None)
+    _ended("cli-other", "completed", ended_ago_h=1, ran_s=60, exit_code=0)  # another team's: never shown
+
+    code, out, _ = cli("member", "history")  # the last day
+    assert code == 0
+    header, *rows = _rows(out)
+    assert header == ["JOBID", "NAME", "TEAM", "STATE", "ELAPSED", "EXIT", "DEV_HOURS", "END"]
+    by_id = {int(r[0]): r for r in rows}
+    assert set(by_id) >= {done.pk, cancelled.pk} and failed.pk not in by_id
+    assert by_id[done.pk][1:7] == ["completed-job", "training", "completed", "1:02:03", "0", "1.03"]
+    assert by_id[cancelled.pk][3:6] == ["cancelled", "0:01:00", "-"]
+    assert all(r[2] == "training" for r in rows)
+
+    code, out, _ = cli("member", "history", "--since", "2d", "--until", "1d", "--user", "cli-member")
+    assert code == 0 and [int(r[0]) for r in _rows(out)[1:]] == [failed.pk]
+    assert _rows(out)[1][4:7] == ["0:30:00", "3", "1.00"]  # 2 cards × 30 min
+
+    code, out, _ = cli("member", "history", "--since", "7d", "--state", "failed,cancelled", "--user", "cli-member")
+    assert code == 0 and sorted(int(r[0]) for r in _rows(out)[1:]) == sorted([failed.pk, cancelled.pk])
+    code, out, _ = cli("member", "--json", "history", "--since", "7d", "--state", "completed", "--user", "cli-member")
+    assert code == 0 and [j["id"] for j in json.loads(out)] == [done.pk]
+
+    code, out, err = cli("member", "history", "--state", "finished")
+    assert code == 2 and out == "" and err.startswith("npuctl: --state 'finished'")
+    code, _, err = cli("member", "history", "--since", "last week")
+    assert code == 2 and "--since" in err
+
+
+def test_usage_shows_the_months_cost(cli) -> None:
+    from quotas.accounting.statements import previous_month
+
+    _ended("cli-lead", "completed", ended_ago_h=0, ran_s=900, exit_code=0, nodes=["ascend-b4-02"])
+    code, out, _ = cli("lead", "usage")
+    assert code == 0
+    header = _rows(out)[0]
+    assert header == ["TEAM", "MONTH", "CHIP", "DEVICE-HOURS", "COST"]
+    total = next(r for r in _rows(out) if r[2] == "total")
+    assert total[-1] == "CNY" and float(total[-2]) > 0
+    assert "usage so far" in out
+    label = previous_month()
+    code, out, _ = cli("lead", "usage", "--month", label)
+    assert code == 0 and "its closed statement" in out

@@ -47,6 +47,8 @@ def test_table_aligns_columns_and_marks_empty_cells() -> None:
         ["submit", "--devices", "many", "--", "python", "x.py"],
         ["cancel", "abc"],
         ["usage", "--month", "2026-13"],
+        ["history", "--since", "yesterday"],
+        ["history", "--until", "2026-13-01"],
         ["frobnicate"],
         [],
     ],
@@ -150,3 +152,150 @@ def test_a_running_jobs_reason_says_when_its_preemption_stops_it() -> None:
     assert _preempted(running) == f"preempted, stops {when('2026-11-30T10:05:00+00:00')}"
     assert _preempted({"state": "running", "preempt_deadline": None}) == ""
     assert _preempted({"state": "pending"}) == ""
+
+
+# -- queue's NODELIST, history, usage's cost ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("names", "text"),
+    [
+        ([], ""),
+        (["ascend-b4-01"], "ascend-b4-01"),
+        (["ascend-b4-02", "ascend-b4-01", "ascend-b4-03"], "ascend-b4-[01-03]"),
+        (["ascend-b4-01", "ascend-b4-02", "ascend-b4-05", "ascend-a-01"], "ascend-a-01,ascend-b4-[01-02,05]"),
+        (["gpu9", "gpu10", "gpu11"], "gpu9,gpu[10-11]"),  # another width is another group, as in Slurm
+        (["login", "n1", "n1"], "login,n1"),
+    ],
+)
+def test_node_lists_are_compressed_like_slurms(names, text) -> None:
+    from npuctl.hostlist import compress
+
+    assert compress(names) == text
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "text"),
+    [
+        ("2026-11-01T08:00:00Z", "2026-11-01T09:02:03Z", "1:02:03"),
+        ("2026-11-01T08:00:00Z", "2026-11-01T08:00:09Z", "0:00:09"),
+        ("2026-11-01T08:00:00+00:00", "2026-11-03T11:04:05+00:00", "2-03:04:05"),
+        (None, "2026-11-01T08:00:00Z", "0:00:00"),  # cancelled before it started
+    ],
+)
+def test_elapsed_reads_like_sacct(start, end, text) -> None:
+    from npuctl.main import elapsed
+
+    assert elapsed({"started_at": start, "ended_at": end}) == text
+
+
+def test_times_people_type_for_since_and_until() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from npuctl.durations import parse_moment
+
+    now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    assert parse_moment("7d", now) == now - timedelta(days=7)
+    assert parse_moment("12h", now) == now - timedelta(hours=12)
+    assert parse_moment("now", now) == now
+    assert parse_moment("2026-11-01T08:00Z") == datetime(2026, 11, 1, 8, tzinfo=UTC)
+    local = parse_moment("2026-11-01")
+    assert local.tzinfo is not None and (local.year, local.month, local.day, local.hour) == (2026, 11, 1, 0)
+    for bad in ("yesterday", "", "5", "2026-11-32"):
+        with pytest.raises(ValueError, match="not a time like 2026-11-01"):
+            parse_moment(bad, now)
+
+
+@pytest.mark.parametrize("argv", [["history", "--state", "running"], ["history", "--state", "completed,done"]])
+def test_a_bad_history_state_is_a_usage_error_naming_state(argv, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{free_port()}")  # nobody there: nothing is asked
+    monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("npuctl: --state ") and "completed, failed, cancelled, preempted" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_until_before_since_is_a_usage_error(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{free_port()}")
+    assert main(["history", "--since", "2026-11-02", "--until", "2026-11-01"]) == 2
+    assert "--until" in capsys.readouterr().err
+
+
+class _History(BaseHTTPRequestHandler):
+    """Enough ended jobs that ``head`` is gone before npuctl has written them all; records the queries."""
+
+    queries: list[str] = []
+
+    def do_GET(self) -> None:
+        type(self).queries.append(self.path)
+        jobs = [
+            {"id": i, "name": f"job-{i}", "team": "training", "state": "completed", "exit_code": 0,
+             "started_at": "2026-11-01T08:00:00Z", "ended_at": "2026-11-01T09:02:03Z", "device_hours": 8.27}
+            for i in range(1, 5001)
+        ]  # fmt: skip
+        data = json.dumps({"next": None, "previous": None, "results": jobs}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_history_asks_for_ended_jobs_in_the_window_and_prints_sacct_columns(capsys, monkeypatch) -> None:
+    import urllib.parse
+
+    _History.queries = []
+    with _serving(_History) as url:
+        monkeypatch.setenv("NPUPORTAL_URL", url)
+        monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+        code = main(
+            ["history", "--since", "2026-11-01T00:00Z", "--until", "2026-11-02T00:00Z", "--state", "completed",
+             "--state", "failed,cancelled"]
+        )  # fmt: skip
+    assert code == 0
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(_History.queries[0]).query)
+    assert query["state"] == ["completed", "failed", "cancelled"]
+    assert query["ended_after"] == ["2026-11-01T00:00:00Z"] and query["ended_before"] == ["2026-11-02T00:00:01Z"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOBID", "NAME", "TEAM", "STATE", "ELAPSED", "EXIT", "DEV_HOURS", "END"]
+    assert lines[1].split()[:7] == ["1", "job-1", "training", "completed", "1:02:03", "0", "8.27"]
+
+
+def test_history_piped_into_head_prints_no_traceback(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with _serving(_History) as url:
+        env = {**os.environ, "NPUPORTAL_URL": url, "NPUPORTAL_TOKEN": "whatever", "PYTHONPATH": str(root)}
+        line = f'{sys.executable} -m npuctl history --since 30d | head -2; echo "exit ${{PIPESTATUS[0]}}" >&2'
+        piped = subprocess.run(
+            ["bash", "-c", line],
+            cwd=root, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert len(piped.stdout.splitlines()) == 2 and piped.stdout.split()[0] == "JOBID"
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+    assert piped.stderr.strip().splitlines() == ["exit 141"]
+
+
+def test_until_alone_shows_the_day_before_it(capsys, monkeypatch) -> None:
+    import urllib.parse
+
+    _History.queries = []
+    with _serving(_History) as url:
+        monkeypatch.setenv("NPUPORTAL_URL", url)
+        monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+        assert main(["--json", "history", "--until", "2026-11-10T00:00Z"]) == 0
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(_History.queries[0]).query)
+    assert query["ended_after"] == ["2026-11-09T00:00:00Z"] and query["state"] == [
+        "completed",
+        "failed",
+        "cancelled",
+        "preempted",
+    ]

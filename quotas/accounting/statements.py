@@ -676,3 +676,51 @@ def _mail_alert(budget: Budget, bill: MonthBill, cost: Decimal, crossed: list[in
         log.warning("budget alert for %s: nobody to mail (no lead or finance e-mail)", budget.team.name)
         return
     send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
+
+
+# -- a team's cost in a month ------------------------------------------------------
+
+
+@dataclass
+class TeamCost:
+    """What a team's month costs: its closed statement, or the usage priced so far (``npuctl usage``)."""
+
+    month: str
+    currency: str
+    amount: Decimal
+    by_chip: dict[str, Decimal]
+    #: ``statement``: the closed statement (usage, idle and reservation shares, adjustments);
+    #: ``usage so far``: usage priced live, running jobs up to now (shares come at the close).
+    basis: str
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "month": self.month,
+            "currency": self.currency,
+            "amount": str(self.amount),
+            "by_chip": {chip: str(amount) for chip, amount in sorted(self.by_chip.items())},
+            "basis": self.basis,
+            "warnings": self.warnings,
+        }
+
+
+def team_cost(team: Team, label: str | None = None, *, now: datetime | None = None) -> TeamCost:
+    """The team's cost in ``label`` (default: this month), in the rate card's currency.
+
+    A closed month answers its statement as stored; any other month is priced by
+    :func:`compute_month` for this team's usage only, as the budget check prices it.
+    """
+    now = now or timezone.now()
+    month, _ = parse_month(label, now)
+    statement = Statement.objects.filter(team=team, month=month.label, closed_at__isnull=False).first()
+    if statement is not None:
+        by_chip: dict[str, Decimal] = defaultdict(lambda: Decimal("0.00"))
+        for chip, amount in statement.lines.values_list("chip_model", "amount"):
+            by_chip[chip or "adjustment"] += Decimal(amount)
+        return TeamCost(month.label, statement.currency, Decimal(statement.total), dict(by_chip), "statement")
+    bill = compute_month(month.label, now=now, live=True, team_ids=[team.pk])
+    by_chip = defaultdict(lambda: Decimal("0.00"))
+    for line in bill.lines_of(team.pk):
+        by_chip[line.chip_model] += line.amount
+    return TeamCost(month.label, bill.currency, bill.total_of(team.pk), dict(by_chip), "usage so far", bill.warnings)

@@ -73,6 +73,19 @@ class TeamQuotaSerializer(serializers.Serializer):
     in_use = serializers.DictField(child=serializers.FloatField(), help_text="Card equivalents held right now")
 
 
+class TeamCostSerializer(serializers.Serializer):
+    month = serializers.CharField()
+    currency = serializers.CharField(help_text="The rate card's currency (empty when no rate card exists)")
+    amount = serializers.CharField(help_text="Decimal, to the cent")
+    by_chip = serializers.DictField(child=serializers.CharField(), help_text="Amount per chip model, decimal")
+    basis = serializers.ChoiceField(
+        ["statement", "usage so far"],
+        help_text="statement: the closed month's statement; usage so far: usage priced live, running jobs up to "
+        "now (idle and reservation shares are added at the close)",
+    )
+    warnings = serializers.ListField(child=serializers.CharField(), help_text="e.g. a chip no rate card prices")
+
+
 class TeamUsageSerializer(serializers.Serializer):
     team = serializers.CharField()
     month = serializers.CharField(help_text="YYYY-MM on the policy's clock")
@@ -83,6 +96,7 @@ class TeamUsageSerializer(serializers.Serializer):
     device_hours_per_month = serializers.FloatField(allow_null=True, help_text="The team's monthly budget, if any")
     running_jobs = serializers.IntegerField()
     pending_jobs = serializers.IntegerField()
+    cost = TeamCostSerializer(required=False, help_text="Only in GET /teams/{name}/usage/")
 
 
 class MemberSerializer(serializers.ModelSerializer):

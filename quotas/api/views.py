@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from npuportal.api_errors import Conflict
+from quotas.accounting.statements import team_cost
 from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
 from quotas.api.errors import error_response, error_responses
 from quotas.api.filtersets import PolicyFilterSet, TeamFilterSet
@@ -194,7 +195,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         )
 
     @extend_schema(
-        summary="The team's device-hours in a month (leads and admins)",
+        summary="The team's device-hours and cost in a month (leads and admins)",
         parameters=[MONTH_PARAM],
         responses={200: TeamUsageSerializer, **error_responses(400, 401, 403, 404)},
     )
@@ -205,7 +206,10 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         month = request.query_params.get("month")
         if month == "":
             raise ValidationError({"month": ["must be a month like 2026-11 (leave it out for this month)"]})
-        return Response(usage_body(team, active_policy(), month, timezone.now()))
+        now = timezone.now()
+        body = usage_body(team, active_policy(), month, now)
+        body["cost"] = team_cost(team, body["month"], now=now).as_dict()
+        return Response(body)
 
     @extend_schema(
         summary="The team's members (leads and admins)",

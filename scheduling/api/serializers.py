@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from npuportal import api_fields as fields
@@ -123,6 +124,42 @@ def command_preview(text: str) -> str:
     return text[: COMMAND_PREVIEW_CHARS - 1] + "…"
 
 
+#: What the list query annotates: the nodes a job holds now (comma-joined) and its device time so far.
+HELD_NODES = "held_nodes"
+HELD_DEVICE_TIME = "held_device_time"
+_NOT_READ = object()
+
+
+def held_nodes(job: Job) -> list[str]:
+    """The nodes the job holds now (its open allocations), sorted: squeue's NODELIST; empty unless it runs.
+
+    From the list query's annotation when there is one; a job that never started holds none
+    (no query); otherwise its allocations are read.
+    """
+    names = getattr(job, HELD_NODES, _NOT_READ)
+    if names is _NOT_READ:
+        if job.started_at is None:
+            return []
+        return sorted({a.device.node.name for a in job.allocations.all() if a.end is None})
+    return sorted(set(str(names).split(","))) if names else []
+
+
+def device_hours(job: Job) -> float:
+    """Card-equivalent hours the job has held (all its runs; a running one up to now), as usage counts them."""
+    held = getattr(job, HELD_DEVICE_TIME, _NOT_READ)
+    if held is _NOT_READ:
+        if job.started_at is None:
+            return 0.0
+        now = timezone.now()
+        held = sum(
+            (((a.end or now) - a.start) * a.device_share for a in job.allocations.all()),
+            timedelta(),
+        )
+    if not held:
+        return 0.0
+    return round(held.total_seconds() / 3600.0, 3)
+
+
 def job_summary_representation(job: Job) -> dict[str, Any]:
     """What :class:`JobSummarySerializer` answers: a job as a list shows it, ``command_preview`` for its command.
 
@@ -131,7 +168,10 @@ def job_summary_representation(job: Job) -> dict[str, Any]:
     annotation when there is one (the command itself is then not read at all), else from the job.
     """
     head = getattr(job, COMMAND_HEAD, None)
-    return _representation(job, "command_preview", command_preview(job.command if head is None else head))
+    body = _representation(job, "command_preview", command_preview(job.command if head is None else head))
+    body["nodes"] = held_nodes(job)
+    body["device_hours"] = device_hours(job)
+    return body
 
 
 def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
@@ -172,12 +212,30 @@ class JobSummarySerializer(JobSerializer):
         "the job itself has the whole command"
     )
 
+    nodes = serializers.SerializerMethodField(
+        help_text="The nodes the job holds now (a running job's, like squeue's NODELIST); empty otherwise"
+    )
+    device_hours = serializers.SerializerMethodField(
+        help_text="Card-equivalent hours held so far, all runs (a vNPU slice at its share of a card); "
+        "a running job's up to now"
+    )
+
     class Meta(JobSerializer.Meta):
-        fields = [name if name != "command" else "command_preview" for name in JobSerializer.Meta.fields]
+        fields = [
+            *(name if name != "command" else "command_preview" for name in JobSerializer.Meta.fields),
+            "nodes",
+            "device_hours",
+        ]
         read_only_fields = fields
 
     def get_command_preview(self, obj: Job) -> str:
         return command_preview(obj.command)
+
+    def get_nodes(self, obj: Job) -> list[str]:
+        return held_nodes(obj)
+
+    def get_device_hours(self, obj: Job) -> float:
+        return device_hours(obj)
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         return job_summary_representation(instance)

@@ -24,7 +24,10 @@ Rules the replay adds around the core (all in ``docs/simulator.md``):
   a *forced stop* (a sign the core forgot an eviction). A stopped victim is
   requeued with its original submission time and its full duration (the work
   is lost) or cancelled, per ``policy.on_preempt``.
-* Jobs that can never run are skipped before the replay and counted by reason.
+* Rows that cannot be read as a job (no duration, no devices, an unknown class) and
+  jobs that can never run are skipped before the replay and counted by reason. "Can
+  never run" is the engine's one rule (:func:`feasibility.check`, the rule that refuses
+  such a job at submission), on the simulated inventory: counted as ``never_runnable``.
 * ``decide`` is skipped at an event only when it provably cannot start or
   preempt anything (see :meth:`Simulation._decide_needed`).
 """
@@ -41,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from scheduling.engine.feasibility import Request, Shapes, check
 from scheduling.engine.policy import DEVICES, Policy, Quota, quota_at
 from scheduling.engine.snapshot import (
     Decisions,
@@ -78,10 +82,9 @@ _EPS = 1e-9
 #: Skip reasons (keys of ``jobs.skipped_by_reason``).
 SKIP_ZERO_DURATION = "zero_duration"
 SKIP_NO_DEVICES = "no_devices"
-SKIP_TOO_LARGE = "larger_than_cluster"
-SKIP_UNKNOWN_CHIP = "unknown_chip_model"
 SKIP_UNKNOWN_CLASS = "unknown_priority_class"
-SKIP_OVER_TEAM_MAX = "larger_than_team_max"
+#: A job the engine's feasibility rule says can never run here (the API refuses it at submission).
+SKIP_NEVER_RUNNABLE = "never_runnable"
 
 
 class SimulationError(RuntimeError):
@@ -120,24 +123,6 @@ def _vnpu_for(fraction: float, chip: str, chip_cores: int, templates: list[VnpuT
     return min(fits, key=lambda t: (t.ai_cores, t.memory_mb, t.ai_cpus, t.name)) if fits else None
 
 
-def _max_devices_ever(policy: Policy, team: str) -> float | None:
-    """The largest ``max.devices`` the team may ever have (base quota or any schedule); None = no cap."""
-    tp = policy.team(team)
-    best = tp.quota.max.get(DEVICES)
-    if best is None:
-        return None
-    for schedule in tp.schedules:
-        override = schedule.quota.get("max")
-        if isinstance(override, Mapping):
-            if DEVICES not in override:
-                continue
-            value = override[DEVICES]
-            if not isinstance(value, int | float):
-                return None
-            best = max(best, float(value))
-    return best
-
-
 def prepare_jobs(
     rows: list[TraceRow],
     cluster: ClusterSpec,
@@ -158,18 +143,20 @@ def prepare_jobs(
     templates = list(cluster.vnpu_templates)
     classes = {pc.name for pc in policy.priority_classes}
     default_class = _default_class(policy)
-    team_max: dict[str, float | None] = {}
+    # The inventory laid out once; each shape and each job's limits answered once.
+    shapes = Shapes(policy, cluster.build_nodes(), cluster.templates())
+    verdicts: dict[tuple[object, ...], bool] = {}
     for row in rows:
         if row.duration_s <= 0:
             skipped[SKIP_ZERO_DURATION] += 1
             continue
-        chip = row.chip_model
-        if chip is not None and chip not in by_chip:
-            skipped[SKIP_UNKNOWN_CHIP] += 1
-            continue
         cls = row.priority_class or (class_map or {}).get(row.tenant) or default_class
         if classes and cls not in classes:
             skipped[SKIP_UNKNOWN_CLASS] += 1
+            continue
+        chip = row.chip_model
+        if chip is not None and chip not in by_chip:
+            skipped[SKIP_NEVER_RUNNABLE] += 1  # a chip model the inventory does not have
             continue
         num = row.num_devices
         template: VnpuTemplate | None = None
@@ -186,15 +173,22 @@ def prepare_jobs(
         if num <= 0:
             skipped[SKIP_NO_DEVICES] += 1
             continue
-        capacity = by_chip[chip] if chip is not None else max(by_chip.values())
-        if num > capacity:
-            skipped[SKIP_TOO_LARGE] += 1
-            continue
-        if row.tenant not in team_max:
-            team_max[row.tenant] = _max_devices_ever(policy, row.tenant)
-        cap = team_max[row.tenant]
-        if cap is not None and units > cap + _EPS:
-            skipped[SKIP_OVER_TEAM_MAX] += 1
+        tmpl_name = template.name if template is not None else None
+        key = (row.tenant, chip, tmpl_name, num, cls, row.duration_s)
+        runnable = verdicts.get(key)
+        if runnable is None:
+            request = Request(
+                team=row.tenant,
+                num_devices=num,
+                chip_model=chip,
+                vnpu_template=tmpl_name,
+                priority_class=cls,
+                duration_s=row.duration_s,
+                estimated_duration_s=row.duration_s,
+            )
+            runnable = verdicts[key] = check(policy, request, shapes) is None
+        if not runnable:
+            skipped[SKIP_NEVER_RUNNABLE] += 1
             continue
         job_id = len(jobs) + 1
         state = JobState(
@@ -209,6 +203,7 @@ def prepare_jobs(
             chip_model=chip,
         )
         jobs.append(SimJob(state=state, key=row.job_id, duration=row.duration_s, units=units))
+    shapes.close()
     return jobs, skipped
 
 
@@ -1351,6 +1346,7 @@ def run_simulation(
         "jobs_eligible": len(jobs),
         "skipped": sum(skipped.values()),
         "skipped_by_reason": dict(sorted(skipped.items())),
+        "never_runnable": skipped[SKIP_NEVER_RUNNABLE],
         "devices": spec.total_devices,
         "policy": policy.name,
         "start": start.isoformat(),
@@ -1386,6 +1382,7 @@ def _with_input(metrics: dict[str, Any], info: Mapping[str, Any]) -> dict[str, A
         "total": info["jobs_total"],
         "skipped": info["skipped"],
         "skipped_by_reason": info["skipped_by_reason"],
+        "never_runnable": info["never_runnable"],
         **metrics["jobs"],
     }
     return metrics

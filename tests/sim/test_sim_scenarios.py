@@ -69,6 +69,7 @@ def test_events_at_one_timestamp_are_one_decide() -> None:
 
 
 def test_skipped_jobs_are_counted_by_reason() -> None:
+    """Unreadable rows by what is wrong; jobs that can never run under the engine's rule as ``never_runnable``."""
     policy = make_policy(
         [{"name": "small", "shares": 1, "quota": {"max": {"devices": 2}}}],
         classes=[{"name": "normal", "default": True}],
@@ -86,14 +87,13 @@ def test_skipped_jobs_are_counted_by_reason() -> None:
     ]
     out = _metrics(rows, make_cluster(2, 2), policy)
     assert out["input"]["skipped_by_reason"] == {
-        "larger_than_cluster": 1,
-        "larger_than_team_max": 1,
+        "never_runnable": 3,  # huge, other-chip, over-team-max
         "no_devices": 1,
-        "unknown_chip_model": 1,
         "unknown_priority_class": 1,
         "zero_duration": 2,
     }
     jobs = out["policy"]["jobs"]
+    assert out["input"]["never_runnable"] == jobs["never_runnable"] == 3
     assert jobs["total"] == 9 and jobs["skipped"] == 7 and jobs["eligible"] == 2
     assert jobs["completed"] == 2
 
