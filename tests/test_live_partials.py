@@ -164,10 +164,11 @@ def test_the_node_region_shows_draining_then_drained(people) -> None:
     assert 'data-state="drained"' in client.get("/live/cluster/").content.decode()
 
 
-# Session and user are two of them; the rest is the region's own (devices/services/overview.py says which).
+# Session, user and the display clock (the active policy's zone, npuportal/display_time.py) are three of
+# them; the rest is the region's own (devices/services/overview.py says which).
 @pytest.mark.parametrize(
     ("url", "queries"),
-    [("/live/dashboard/", 4), ("/live/jobs/", 4), ("/live/cluster/", 6), ("/live/nodes/ascend-b4-01/", 7)],
+    [("/live/dashboard/", 5), ("/live/jobs/", 5), ("/live/cluster/", 7), ("/live/nodes/ascend-b4-01/", 8)],
 )
 def test_region_query_counts_do_not_grow_with_jobs(
     people, django_assert_max_num_queries, url: str, queries: int
@@ -189,10 +190,10 @@ def test_job_region_query_count_is_bounded(people, django_assert_max_num_queries
     job = _submit(people["lead"], "training", "counted", devices=4, chip="910A")
     run_tick()
     client = _client(people["lead"])
-    with django_assert_max_num_queries(7):
+    with django_assert_max_num_queries(8):
         assert client.get(f"/live/jobs/{job.pk}/").status_code == 200
     for _ in range(3):
         job_service.requeue_job(job.pk, reason="NodeUnreachable", count_retry=False)
         run_tick()
-    with django_assert_max_num_queries(7):  # more devices and events: the same queries
+    with django_assert_max_num_queries(8):  # more devices and events: the same queries
         assert client.get(f"/live/jobs/{job.pk}/").status_code == 200
