@@ -29,6 +29,9 @@ class Node(models.Model):
         max_length=500, blank=True, help_text="Why the last agent poll failed or was partial; empty when it was clean"
     )
     created = models.DateTimeField(auto_now_add=True)
+    #: When the node left the inventory (``manage.py nodes remove``). Its rows stay, because past
+    #: allocations and statements point at its devices; a removed node is no longer scheduled or polled.
+    removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -140,4 +143,47 @@ class HealthEvent(models.Model):
     def save(self, *args: object, **kwargs: object) -> None:
         if self.pk is not None:
             raise ValueError("health events are append-only")
+        super().save(*args, **kwargs)
+
+
+class InventoryEvent(models.Model):
+    """Append-only history of the inventory: from ``at`` on, ``device`` is in ``status`` (until its next event).
+
+    Chargeback counts capacity from it: a card is provisioned from its first event to its ``removed``
+    one, and each stretch is used (by jobs), unavailable (any status but ``usable``: paid for, not
+    usable, with its ``cause``) or idle. ``devices.services.inventory`` writes it; every path that
+    changes a node's state, a device's health or schedulability, or adds or removes a node calls it.
+    ``chip_model`` and ``node_name`` are copies, so a statement reads the history without joins.
+    """
+
+    class Status(models.TextChoices):
+        USABLE = "usable", "Usable"  # in service: schedulable, healthy, its node ready and reachable
+        CORDONED = "cordoned", "Cordoned"
+        DRAINING = "draining", "Draining"
+        DRAINED = "drained", "Drained"
+        DOWN = "down", "Node down or unreachable"
+        UNHEALTHY = "unhealthy", "Unhealthy"  # degraded, failed or unknown
+        DISABLED = "disabled", "Disabled"  # the card is marked unschedulable
+        REMOVED = "removed", "Removed"  # left the inventory
+
+    device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="inventory_events")
+    node_name = models.CharField(max_length=100)
+    chip_model = models.CharField(max_length=50)
+    at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=Status.choices)
+    cause = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["device", "at"], name="inventoryevent_device_at"),
+            models.Index(fields=["at"], name="inventoryevent_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}/{self.device_id} {self.status} from {self.at:%Y-%m-%d %H:%M} ({self.cause})"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None:
+            raise ValueError("inventory events are append-only")
         super().save(*args, **kwargs)
