@@ -412,7 +412,7 @@ def cmd_logs(api: Client, args: argparse.Namespace) -> int:
     query = {**params, "tail": args.tail} if args.tail is not None else {**params, "offset": 0}
     while True:
         try:
-            chunk = api.get(f"jobs/{args.job}/log/", params=query)
+            chunk = api.get(f"jobs/{args.job}/log/", **query)
         except Refused as exc:
             if exc.status == 404:
                 raise _Refusal(f"job {args.job}: not found (or not your team's)") from exc

@@ -100,3 +100,38 @@ def test_the_job_page_shows_the_output_growing_while_it_runs(cluster, submit, pa
     expect(page.locator("#job-output-status")).to_contain_text("following")
     snap(page, "second-line")
     assert page.locator("text={{").count() == 0  # no raw template text anywhere
+
+
+def test_npuctl_logs_follow_prints_each_line_once_until_the_job_ends(cluster, submit, live_server) -> None:
+    """``npuctl logs JOB -f`` as a person runs it: the lines as they come, none twice, and it returns at the end."""
+    import os
+    import subprocess
+    import sys
+
+    from quotas.api.authentication import issue_token
+
+    key = issue_token(get_user_model().objects.get(username="lead-training"), "logs")[1]
+    job = submit("echo line-1; sleep 1; echo line-2; sleep 1; echo line-3; sleep 1")
+    tick()
+    job = Job.objects.get(pk=job.pk)
+    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"})
+    env = {**os.environ, "NPUPORTAL_URL": live_server.url, "NPUPORTAL_TOKEN": key}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "npuctl", "logs", str(job.pk), "-f"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while follower.poll() is None and time.monotonic() < deadline:
+            poll()  # the job's end reaches the portal at a poll, as the worker's would
+            time.sleep(0.5)
+        out, err = follower.communicate(timeout=10)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert out == "line-1\nline-2\nline-3\n", out
+    assert Job.objects.get(pk=job.pk).state == Job.State.COMPLETED
