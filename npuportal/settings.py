@@ -265,6 +265,8 @@ else:
     for _folder in (_queue, _processed, _results, _control):
         _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport with atomic writes (npuportal/broker.py says why).
+    CELERY_BROKER_TRANSPORT = "npuportal.broker:Transport"
     CELERY_RESULT_BACKEND = f"file://{_results}"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue),
