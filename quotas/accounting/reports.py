@@ -139,7 +139,7 @@ def utilisation(bill: MonthBill) -> dict[str, Any]:
         "capacity": hours(capacity),
         "used": hours([s.used for s in stats]),
         "reserved_unused": hours([s.reserved_unused for s in stats]),
-        "idle": hours([s.idle - s.reserved_unused for s in stats]),
+        "idle": hours([s.idle for s in stats]),  # idle excludes unused reservations and unavailable
         "utilisation_pct": [round(float(s.used * 100 / s.capacity), 1) if s.capacity > 0 else 0.0 for s in stats],
     }
 
