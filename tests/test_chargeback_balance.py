@@ -25,6 +25,7 @@ from devices.models import Device, InventoryEvent, Node
 from quotas.accounting.exports import to_json
 from quotas.accounting.rates import money
 from quotas.accounting.records import record_closed_allocations
+from quotas.accounting.reports import report_data
 from quotas.accounting.statements import close_month, compute_month
 from quotas.models import RateCard, Statement
 from tests.test_chargeback_harness import JOINED, at, build_world, lines_of, total_of
@@ -205,6 +206,13 @@ def test_each_line_and_the_balance_of_a_hand_computed_month(mode: str) -> None:
     }
     assert balance["310P3"]["unavailable_by_cause"] == {"node cordoned": hours(P3_CORDONED)}
     assert exported["@cluster"]["not_charged"] == str(not_charged.quantize(Decimal("0.01")))
+    # The reports page's numbers show the split and what was not charged.
+    util = report_data("2025-03")["utilisation"]
+    assert util["chips"] == ["310P3", "910B4"]
+    assert util["capacity"] == [P3_PROVISIONED, B4_PROVISIONED] and util["used"] == [P3_USED, B4_USED]
+    assert util["unavailable"] == [P3_CORDONED, B4_UNHEALTHY] and util["idle"] == [P3_IDLE, B4_IDLE]
+    hidden = [(P3_CORDONED + P3_IDLE) * 3, (B4_UNHEALTHY + B4_IDLE) * 12] if mode == "hide" else [0, 0]
+    assert util["not_charged"] == hidden
     assert total_of(None, "2025-03") == str(
         sum((Decimal(ln[-1]) for ln in expected_lines(mode, None)), Decimal("0.00"))
     )
