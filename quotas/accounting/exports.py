@@ -168,6 +168,9 @@ def statement_context(statement: Statement) -> dict[str, Any]:
         "team_label": team_label(statement),
         "lines": lines,
         "subtotals": [(StatementLine.Kind(k).label, v) for k, v in by_kind.items()],
+        # The cluster statement's month balance per chip model, and what `hide` left not charged.
+        "balance": statement.balance or {},
+        "not_charged": statement_dict(statement, lines)["not_charged"],
         "cost_chart": {"x": list(by_chip), "y": [float(v) for v in by_chip.values()]},
         "daily_chart": {"x": [d[8:] for d in daily["days"]], "y": hours},
     }
