@@ -47,16 +47,35 @@ class CSVRenderer(BaseRenderer):
 
 
 class StatementLineSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["usage", "idle", "reserved", "adjustment"])
+    kind = serializers.ChoiceField(choices=["usage", "reserved", "unavailable", "idle", "adjustment"])
     chip_model = serializers.CharField()
     vnpu_template = serializers.CharField()
     priority_class = serializers.CharField()
     device_hours = serializers.CharField(help_text="Decimal, 6 places")
     rate = serializers.CharField(help_text="Price per device-hour, decimal")
     multiplier = serializers.CharField(help_text="Priority-class multiplier, decimal")
-    amount = serializers.CharField(help_text="device_hours × rate × multiplier, rounded half up to the cent")
+    amount = serializers.CharField(
+        help_text="device_hours × rate × multiplier, rounded half up to the cent "
+        "(capacity lines: their share of provisioned × rate, split to the cent)"
+    )
     description = serializers.CharField()
     rate_card_id = serializers.IntegerField(allow_null=True)
+
+
+class ChipBalanceSerializer(serializers.Serializer):
+    provisioned_hours = serializers.CharField(help_text="Device-hours the chip's cards were in the inventory")
+    used_hours = serializers.CharField(help_text="Device-hours jobs held (vNPU slices at their card share)")
+    reserved_unused_hours = serializers.CharField(help_text="Unused reservations charged (0 when reserved_mode=hide)")
+    unavailable_hours = serializers.CharField(help_text="Free time of cards not usable (cordoned, down, unhealthy…)")
+    unavailable_by_status = serializers.DictField(child=serializers.CharField(), help_text="Status → device-hours")
+    unavailable_by_cause = serializers.DictField(child=serializers.CharField(), help_text="Cause → device-hours")
+    idle_hours = serializers.CharField(help_text="Usable and unused device-hours")
+    rate = serializers.CharField(allow_null=True, help_text="The chip's rate; null when it changed in the month")
+    rates = serializers.ListField(child=serializers.CharField(), help_text="The rates in force, in order")
+    amount = serializers.CharField(help_text="provisioned × rate, per rate-card period, to the cent")
+    pricing_difference = serializers.CharField(help_text="What class multipliers and template rates add to usage")
+    charged = serializers.CharField(help_text="What the month's statements charge for the chip")
+    not_charged = serializers.CharField(help_text="What no statement charges (idle and unavailable in hide)")
 
 
 class StatementSerializer(serializers.Serializer):
@@ -71,6 +90,12 @@ class StatementSerializer(serializers.Serializer):
     total = serializers.CharField(help_text="The sum of the lines' amounts, decimal")
     closed_at = serializers.DateTimeField(allow_null=True)
     lines = StatementLineSerializer(many=True)
+    balance = serializers.DictField(
+        child=ChipBalanceSerializer(),
+        help_text="The cluster statement's: per chip model, charged + not_charged = amount + pricing_difference; "
+        "empty on a team's",
+    )
+    not_charged = serializers.CharField(help_text="The month's not-charged total (cluster statement), decimal")
 
 
 MONTH = OpenApiParameter(

@@ -312,6 +312,10 @@ class Statement(models.Model):
     policy_version = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=64)
     total = models.DecimalField(max_digits=14, decimal_places=2, default=0)
+    #: The cluster statement's record of the month's balance per chip model (provisioned = used +
+    #: unused reservations + unavailable + idle; what was charged and what was not), frozen at the
+    #: close as decimal strings; empty on team statements. ``quotas.accounting.statements.ChipStats``.
+    balance = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
 
@@ -370,12 +374,18 @@ class StatementLineQuerySet(models.QuerySet):
 
 
 class StatementLine(models.Model):
-    """One priced line: ``device_hours`` × ``rate`` × ``multiplier``, rounded half-up to the cent."""
+    """One priced line: ``device_hours`` × ``rate`` × ``multiplier``, rounded half-up to the cent.
+
+    Capacity lines (unused reservation, unavailable, idle) of a chip share the month's rounding
+    remainder, so a month charges provisioned × rate to the cent: their amount may differ from
+    ``device_hours × rate`` by a cent (docs/chargeback.md, "Rounding").
+    """
 
     class Kind(models.TextChoices):
         USAGE = "usage", "Usage"
         IDLE = "idle", "Idle capacity"
         RESERVED = "reserved", "Unused reservation"
+        UNAVAILABLE = "unavailable", "Unavailable capacity"  # paid for, not usable: cordoned, down, unhealthy
         ADJUSTMENT = "adjustment", "Adjustment"
 
     statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="lines")

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from devices.models import HealthEvent
+from devices.models import InventoryEvent
 from quotas.accounting.statements import close_month, compute_month
 from quotas.models import RateCard, Statement
 from tests.test_chargeback_harness import at, build_world, lines_of, total_of
@@ -102,18 +102,19 @@ def test_idle_share_that_does_not_divide_evenly_still_adds_up_exactly() -> None:
     assert sum(Decimal(ln[4]) for ln in idle) == Decimal(1485 + 2976)
 
 
-def test_failed_time_is_not_capacity() -> None:
+def test_failed_time_is_unavailable_not_idle() -> None:
     world = build_world(idle_mode="separate")
-    # One 310P3 failed from 10 March 00:00 to 11 March 00:00: 24 device-hours less capacity.
-    HealthEvent.objects.create(
-        node=world.p3[0].node, device=world.p3[0], at=at("2025-03-10 00:00"), from_health="healthy", to_health="failed"
-    )
-    HealthEvent.objects.create(
-        node=world.p3[0].node, device=world.p3[0], at=at("2025-03-11 00:00"), from_health="failed", to_health="healthy"
-    )
+    # One 310P3 failed from 10 March 00:00 to 11 March 00:00 (its inventory history): 24 device-hours
+    # paid for but not usable — its own line, not idle.
+    card = world.p3[0]
+    for when, status, cause in (("2025-03-10 00:00", "unhealthy", "failed"), ("2025-03-11 00:00", "usable", "")):
+        InventoryEvent.objects.create(
+            device=card, node_name=card.node.name, chip_model="310P3", at=at(when), status=status, cause=cause
+        )
     close_month("2025-03")
-    # 310P3 idle = 1488 − 24 = 1464 device-hours × ¥3 = ¥4392.00; 910B4 all idle: 2976 × ¥12 = ¥35712.00
+    # 310P3: unavailable 24 × ¥3 = ¥72.00, idle 1488 − 24 = 1464 × ¥3 = ¥4392.00; 910B4 all idle: 2976 × ¥12.
     assert lines_of(None, "2025-03") == [
+        ("unavailable", "310P3", "", "", "24.000000", "3.0000", "1.000", "72.00"),
         ("idle", "310P3", "", "", "1464.000000", "3.0000", "1.000", "4392.00"),
         ("idle", "910B4", "", "", "2976.000000", "12.0000", "1.000", "35712.00"),
     ]

@@ -176,6 +176,11 @@ def test_preview_prints_a_month_without_storing_it(world) -> None:  # noqa: F811
     code, out, _ = run("preview", "--month", "2025-03", "--json")
     body = json.loads(out)
     assert code == 0 and body["totals"]["alpha"] == "120.00" and not body["closed"]
+    # The world's rate card hides idle: 4 × 744 − 10 h of 910B4 and 2 × 744 h of 310P3 are shown, not charged.
+    assert body["balance"]["910B4"]["provisioned_hours"] == "2976.000000"
+    assert body["not_charged"] == str(Decimal(4 * 744 - 10) * 12 + Decimal(2 * 744) * 3) + ".00"
+    code, text, _ = run("preview", "--month", "2025-03")
+    assert "not charged (hide)" in text and "balance 910B4" in text
     assert not Statement.objects.exists()
 
 

@@ -6,8 +6,9 @@ the policy clock on Asia/Shanghai (UTC+8, no DST), and a rate card from
 2025-01-01 in CNY: 910B4 ¥12/device-hour, 310P3 ¥3; multipliers critical ×1.5,
 high ×1.2, normal ×1.0, low ×0.5.
 
-The months the tests bill are in 2025, long over, so they can be closed; March
-2025 has 31 days = 744 hours, so the cluster's capacity that month is
+The months the tests bill are in 2025, long over, so they can be closed; every card
+joined the inventory on 2025-01-01 (its first ``InventoryEvent``); March 2025 has
+31 days = 744 hours, so the cluster's capacity that month is
 4 × 744 = 2976 device-hours of 910B4 and 2 × 744 = 1488 of 310P3.
 """
 
@@ -47,6 +48,9 @@ RESERVATION = "reservations:\n    - {name: online, ratio: 0.25, chipModels: [910
 def at(text: str) -> datetime:
     """A wall-clock time on the policy clock: ``at("2025-03-31 20:00")``."""
     return datetime.fromisoformat(text).replace(tzinfo=TZ)
+
+
+JOINED = at("2025-01-01 00:00")  # when the harness's cards joined the inventory
 
 
 @dataclass
@@ -120,6 +124,7 @@ def build_world(*, idle_mode: str = "hide", reserved_mode: str = "hide", reserva
     from django.contrib.auth import get_user_model
 
     from devices.models import Device, Node, VnpuTemplate
+    from devices.services import inventory
     from quotas.models import Membership, Team
     from quotas.services import create_version
 
@@ -128,6 +133,8 @@ def build_world(*, idle_mode: str = "hide", reserved_mode: str = "hide", reserva
     b4 = [Device.objects.create(node=b4_node, index=i, chip_model="910B4", ai_cores=20) for i in range(4)]
     p3 = [Device.objects.create(node=p3_node, index=i, chip_model="310P3", ai_cores=8) for i in range(2)]
     vir02 = VnpuTemplate.objects.create(chip_model="310P3", name="vir02", memory_mb=6144, ai_cores=2, ai_cpus=2)
+    # Every card joined the inventory long before the months the tests bill: a full month each.
+    inventory.record(Device.objects.select_related("node"), at=JOINED)
     alpha = Team.objects.create(name="alpha")
     beta = Team.objects.create(name="beta")
     User = get_user_model()

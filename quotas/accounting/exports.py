@@ -64,7 +64,14 @@ def team_label(statement: Statement) -> str:
 
 
 def statement_dict(statement: Statement, lines: Iterable[StatementLine] | None = None) -> dict[str, Any]:
+    """A statement as the JSON export and the API give it; the cluster's carries the month's balance.
+
+    ``balance`` (docs/api.md): per chip model, provisioned = used + unused reservations + unavailable +
+    idle, the amount at the rate, what the statements charge and what they do not; empty on a team's.
+    """
     lines = list(statement.lines.order_by("id")) if lines is None else list(lines)
+    balance = statement.balance or {}
+    not_charged = sum((Decimal(chip.get("not_charged", "0")) for chip in balance.values()), Decimal("0.00"))
     return {
         "team": team_label(statement),
         "month": statement.month,
@@ -91,6 +98,8 @@ def statement_dict(statement: Statement, lines: Iterable[StatementLine] | None =
             }
             for line in lines
         ],
+        "balance": balance,
+        "not_charged": str(not_charged),
     }
 
 
@@ -159,6 +168,9 @@ def statement_context(statement: Statement) -> dict[str, Any]:
         "team_label": team_label(statement),
         "lines": lines,
         "subtotals": [(StatementLine.Kind(k).label, v) for k, v in by_kind.items()],
+        # The cluster statement's month balance per chip model, and what `hide` left not charged.
+        "balance": statement.balance or {},
+        "not_charged": statement_dict(statement, lines)["not_charged"],
         "cost_chart": {"x": list(by_chip), "y": [float(v) for v in by_chip.values()]},
         "daily_chart": {"x": [d[8:] for d in daily["days"]], "y": hours},
     }

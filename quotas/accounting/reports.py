@@ -139,7 +139,10 @@ def utilisation(bill: MonthBill) -> dict[str, Any]:
         "capacity": hours(capacity),
         "used": hours([s.used for s in stats]),
         "reserved_unused": hours([s.reserved_unused for s in stats]),
-        "idle": hours([s.idle - s.reserved_unused for s in stats]),
+        "unavailable": hours([s.unavailable for s in stats]),
+        "idle": hours([s.idle for s in stats]),  # idle excludes unused reservations and unavailable
+        # idle and unavailable in `hide`: shown, not charged (the month's balance, docs/chargeback.md)
+        "not_charged": [float(s.not_charged) for s in stats],
         "utilisation_pct": [round(float(s.used * 100 / s.capacity), 1) if s.capacity > 0 else 0.0 for s in stats],
     }
 

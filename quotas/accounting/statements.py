@@ -7,14 +7,21 @@ month (on the policy's clock) and each rate-card period in it:
 1. **usage** — every team's device-seconds per chip model, vNPU template and
    priority class (exact sums by the database), priced at the card's rate for
    the chip (or the template's own rate) × the class multiplier;
-2. **unused reservations** (``reserved_mode`` other than ``hide``) — for each
-   policy reservation covering a chip: ``ratio × healthy capacity`` minus what
-   the reserved classes used there, at most the chip's idle time; charged to
-   the reserved classes' users or to all users of the chip, by usage;
-3. **idle** — healthy capacity minus usage minus the unused reservations
-   charged above: hidden, a line on the cluster statement, or shared among
+2. **capacity** — per chip model, the device-seconds its cards were in the
+   inventory (``devices.services.inventory``: a card added on the 20th counts
+   from the 20th, one removed on the 10th stops there). It splits exactly into
+   used, **unused reservations** (``reserved_mode`` other than ``hide``:
+   ``ratio × available`` minus what the reserved classes used, at most what is
+   free), **unavailable** (the free part of cards cordoned, draining, down,
+   unhealthy or disabled: a line per status) and **idle** (usable, unused);
+3. unavailable and idle follow ``idle_mode``: not charged (``hide``, still
+   counted in the balance), lines on the cluster statement, or shared among
    teams by usage or by guarantee.
 
+The free capacity's lines share ``provisioned × rate`` minus the usage at the
+chip's rate to the cent, so a month charges (plus what ``hide`` leaves not
+charged) exactly provisioned × rate, up to what class multipliers and template
+rates add: :class:`ChipStats` is that balance, stored on the cluster statement.
 Modes come from the card in force at the start of the month and are stored
 on each statement. docs/chargeback.md has worked examples of every rule.
 """
@@ -31,15 +38,18 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from devices.models import Device, HealthEvent
+from devices.models import InventoryEvent
+from devices.services import inventory
 from quotas.accounting.rates import (
+    CENT,
     ONE,
     SECONDS_QUANTUM,
     ZERO,
     PricingPeriod,
+    card_share,
     card_start,
     device_hours,
     line_amount,
@@ -65,11 +75,12 @@ from quotas.models import (
 )
 from quotas.services import active_policy
 from scheduling.engine.policy import Policy, zone
+from scheduling.models import Allocation
 from scheduling.services.usage import Month, month_of
 
 log = logging.getLogger(__name__)
 
-KIND_ORDER = {"usage": 0, "reserved": 1, "idle": 2, "adjustment": 3}
+KIND_ORDER = {"usage": 0, "reserved": 1, "unavailable": 2, "idle": 3, "adjustment": 4}
 CLUSTER = "@cluster"  # how the cluster's own statement is named in URLs, exports and the command line
 
 
@@ -93,6 +104,8 @@ class BillLine:
     multiplier: Decimal = ONE
     card_id: int | None = None
     description: str = ""
+    #: Capacity lines carry their share of the chip's amount split to the cent (the month balances).
+    fixed_amount: Decimal | None = None
 
     @property
     def device_hours(self) -> Decimal:
@@ -100,6 +113,8 @@ class BillLine:
 
     @property
     def amount(self) -> Decimal:
+        if self.fixed_amount is not None:
+            return self.fixed_amount
         return line_amount(self.device_hours, self.rate, self.multiplier)
 
     def sort_key(self) -> tuple[object, ...]:
@@ -115,12 +130,58 @@ class BillLine:
 
 @dataclass
 class ChipStats:
-    """One chip model over the counted window, in device-seconds."""
+    """One chip model's balance over the counted window: device-seconds, and amounts in the currency.
 
-    capacity: Decimal = ZERO
+    ``provisioned = used + reserved_unused + unavailable + idle`` exactly (unless jobs ran on
+    cards the inventory did not have: a warning). ``amount`` is provisioned × rate (per pricing
+    period, to the cent); ``charged`` what the statements charge for the chip and ``not_charged``
+    what they do not (idle and unavailable in ``hide``): ``charged + not_charged = amount +
+    pricing_difference``, the difference being what class multipliers and vNPU template rates add
+    to (or take from) usage at the chip's rate.
+    """
+
+    provisioned: Decimal = ZERO
     used: Decimal = ZERO
-    idle: Decimal = ZERO  # capacity - used, never below 0
-    reserved_unused: Decimal = ZERO  # the part of idle charged as unused reservations
+    reserved_unused: Decimal = ZERO
+    unavailable_by_status: dict[str, Decimal] = field(default_factory=dict)
+    unavailable_by_cause: dict[str, Decimal] = field(default_factory=dict)
+    idle: Decimal = ZERO
+    rates: list[Decimal] = field(default_factory=list)
+    amount: Decimal = Decimal("0.00")
+    pricing_difference: Decimal = Decimal("0.00")
+    charged: Decimal = Decimal("0.00")
+    not_charged: Decimal = Decimal("0.00")
+
+    @property
+    def capacity(self) -> Decimal:
+        """Provisioned device-seconds (the name the reports page used)."""
+        return self.provisioned
+
+    @property
+    def unavailable(self) -> Decimal:
+        return sum(self.unavailable_by_status.values(), ZERO)
+
+    def as_dict(self) -> dict[str, object]:
+        """The balance as the JSON export and the closed cluster statement keep it (decimal strings, hours)."""
+
+        def hours(seconds: Decimal) -> str:
+            return str(device_hours(seconds))
+
+        return {
+            "provisioned_hours": hours(self.provisioned),
+            "used_hours": hours(self.used),
+            "reserved_unused_hours": hours(self.reserved_unused),
+            "unavailable_hours": hours(self.unavailable),
+            "unavailable_by_status": {k: hours(v) for k, v in sorted(self.unavailable_by_status.items())},
+            "unavailable_by_cause": {k: hours(v) for k, v in sorted(self.unavailable_by_cause.items())},
+            "idle_hours": hours(self.idle),
+            "rate": str(self.rates[0]) if len(set(self.rates)) == 1 else None,
+            "rates": [str(r) for r in self.rates],
+            "amount": str(self.amount),
+            "pricing_difference": str(self.pricing_difference),
+            "charged": str(self.charged),
+            "not_charged": str(self.not_charged),
+        }
 
 
 @dataclass
@@ -150,48 +211,99 @@ class MonthBill:
     def team_ids(self) -> list[int]:
         return sorted({line.team_id for line in self.lines if line.team_id is not None})
 
+    @property
+    def not_charged(self) -> Decimal:
+        """What the month's capacity is worth and no statement charges (idle and unavailable in ``hide``)."""
+        return sum((s.not_charged for s in self.chips.values()), Decimal("0.00"))
+
+    def balance(self) -> dict[str, dict[str, object]]:
+        """Per chip model, :meth:`ChipStats.as_dict`: what the cluster statement stores at the close."""
+        return {chip: stats.as_dict() for chip, stats in sorted(self.chips.items())}
+
 
 # -- capacity -------------------------------------------------------------------
 
 
-def healthy_capacity(start: datetime, end: datetime) -> dict[str, Decimal]:
-    """Device-seconds per chip model that were there to be used in ``[start, end)``.
+@dataclass
+class Capacity:
+    """What the inventory history says about one chip model over a window, in device-seconds.
 
-    Approximation (docs/chargeback.md, "Idle capacity"): every device that
-    exists and is ``schedulable`` now counts for the whole window, minus the
-    stretches its health history (``HealthEvent``) shows it degraded, failed or
-    unknown. A device with no history counts as healthy throughout.
+    ``provisioned``: time its cards were in the inventory (first event to ``removed``).
+    ``unavailable``: the free part of cards in any status but ``usable`` (usage on a cordoned
+    card is usage, not unavailable), by status and by cause.
     """
-    if end <= start:
-        return {}
-    usable = {str(h) for h in Device.USABLE_HEALTH}
-    before = HealthEvent.objects.filter(device_id=OuterRef("pk"), at__lte=start).order_by("-at", "-id")
-    devices = list(
-        Device.objects.filter(schedulable=True)
-        .annotate(at_start=Subquery(before.values("to_health")[:1]))
-        .values_list("id", "chip_model", "at_start")
+
+    provisioned: Decimal = ZERO
+    unavailable_by_status: dict[str, Decimal] = field(default_factory=dict)
+    unavailable_by_cause: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def unavailable(self) -> Decimal:
+        return sum(self.unavailable_by_status.values(), ZERO)
+
+
+def _overlap(a_start: datetime, a_end: datetime, b_start: datetime, b_end: datetime) -> Decimal:
+    return seconds_of(max(min(a_end, b_end) - max(a_start, b_start), timedelta(0)))
+
+
+def provisioned_capacity(start: datetime, end: datetime) -> dict[str, Capacity]:
+    """Per chip model, what its cards were in ``[start, end)``, from the inventory history.
+
+    A card counts from its first ``InventoryEvent`` to its ``removed`` one (a card added on the
+    20th counts from the 20th). In a stretch it was not ``usable`` (cordoned, draining, down,
+    unhealthy, disabled), the part jobs did not hold is unavailable; jobs' allocations there
+    (at their card share, open ones up to ``end``) stay usage.
+    """
+    found: dict[str, Capacity] = defaultdict(Capacity)
+    out_of_service: list[inventory.Stretch] = []
+    for stretch in inventory.stretches(start, end):
+        found[stretch.chip_model].provisioned += seconds_of(stretch.end - stretch.start)
+        if stretch.status != inventory.Status.USABLE:
+            out_of_service.append(stretch)
+    if not out_of_service:
+        return dict(found)
+    held: dict[int, list[tuple[datetime, datetime, Decimal]]] = defaultdict(list)
+    allocations = (
+        Allocation.objects.filter(device_id__in={s.device_id for s in out_of_service}, start__lt=end)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .values_list("device_id", "start", "end", "device_share")
     )
-    window = seconds_of(end - start)
-    capacity: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    state: dict[int, tuple[str, datetime]] = {}
-    for device_id, chip, at_start in devices:
-        capacity[chip] += window
-        state[device_id] = (at_start or Device.Health.HEALTHY, start)
-    chip_of = {device_id: chip for device_id, chip, _ in devices}
-    events = (
-        HealthEvent.objects.filter(device_id__in=list(chip_of), at__gt=start, at__lt=end)
-        .order_by("device_id", "at", "id")
-        .values_list("device_id", "at", "to_health")
+    for device_id, a_start, a_end, share in allocations:
+        held[device_id].append((a_start, min(a_end or end, end), card_share(share)))
+    for stretch in out_of_service:
+        length = seconds_of(stretch.end - stretch.start)
+        used = sum(
+            (_overlap(a, b, stretch.start, stretch.end) * share for a, b, share in held.get(stretch.device_id, [])),
+            ZERO,
+        )
+        free = max(length - used, ZERO)
+        if free <= 0:
+            continue
+        chip = found[stretch.chip_model]
+        chip.unavailable_by_status[stretch.status] = chip.unavailable_by_status.get(stretch.status, ZERO) + free
+        cause = stretch.cause or stretch.status
+        chip.unavailable_by_cause[cause] = chip.unavailable_by_cause.get(cause, ZERO) + free
+    return dict(found)
+
+
+def used_before_joining(start: datetime, end: datetime) -> dict[str, int]:
+    """Per chip model, how many allocations in ``[start, end)`` began before their card joined the inventory.
+
+    A data error (a job on a card that did not exist yet): the close warns, and that usage has no
+    provisioned time under it.
+    """
+    first = InventoryEvent.objects.filter(device_id=OuterRef("device_id")).order_by("at", "id").values("at")[:1]
+    rows = (
+        Allocation.objects.filter(start__lt=end)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .annotate(joined=Subquery(first))
+        .filter(Q(joined__isnull=True) | Q(start__lt=F("joined")))
+        .values_list("device__chip_model", flat=True)
     )
-    for device_id, at, to_health in events:
-        health, since = state[device_id]
-        if health not in usable:
-            capacity[chip_of[device_id]] -= seconds_of(at - since)
-        state[device_id] = (to_health, at)
-    for device_id, (health, since) in state.items():
-        if health not in usable:
-            capacity[chip_of[device_id]] -= seconds_of(end - since)
-    return dict(capacity)
+    counts: dict[str, int] = defaultdict(int)
+    for chip in rows:
+        counts[chip] += 1
+    return dict(counts)
 
 
 def guarantees(policy: Policy, teams: dict[int, str]) -> dict[int, Decimal]:
@@ -223,8 +335,10 @@ class _Lines:
         found = self.by_key.get(key)
         if found is None:
             self.by_key[key] = line
-        else:
-            found.device_seconds += line.device_seconds
+            return
+        if found.fixed_amount is not None or line.fixed_amount is not None:
+            found.fixed_amount = found.amount + line.amount
+        found.device_seconds += line.device_seconds
 
     def sorted(self, names: dict[int, str]) -> list[BillLine]:
         lines = [line for line in self.by_key.values() if line.device_seconds > 0]
@@ -290,6 +404,9 @@ def compute_month(
             )
         _price_period(bill, lines, period, month, policy, names, live=live, strict=strict, team_ids=team_ids)
     bill.lines = lines.sorted(names)
+    for line in bill.lines:
+        if line.chip_model in bill.chips:
+            bill.chips[line.chip_model].charged += line.amount
     return bill
 
 
@@ -348,75 +465,180 @@ def _price_period(
         used_class[(key.priority_class, key.team_id, key.chip_model)] += held
     if team_ids is not None:
         return
-    capacity = healthy_capacity(period.start, period.end)
+    capacity = provisioned_capacity(period.start, period.end)
+    for chip, count in sorted(used_before_joining(period.start, period.end).items()):
+        _warn(bill, f"{count} allocation(s) on {chip} began before their card joined the inventory (a data error)")
     guaranteed = guarantees(policy, names) if bill.idle_mode == RateCard.IdleMode.SHARE_BY_GUARANTEE else {}
     for chip in sorted(set(capacity) | set(used_chip)):
-        stats = bill.chips.setdefault(chip, ChipStats())
-        cap, used = max(capacity.get(chip, ZERO), ZERO), used_chip.get(chip, ZERO)
-        idle = max(cap - used, ZERO)
-        stats.capacity += cap
-        stats.used += used
-        stats.idle += idle
-        if idle <= 0:
-            continue
-        rate = _rate(bill, period, chip, "", strict)
+        weights_of_chip = {t: s for (t, c), s in used_team_chip.items() if c == chip}
+        _price_capacity(
+            bill,
+            lines,
+            period,
+            policy,
+            chip,
+            capacity.get(chip, Capacity()),
+            used_chip.get(chip, ZERO),
+            used_class,
+            weights_of_chip,
+            dict(used_team),
+            guaranteed,
+            strict=strict,
+        )
 
-        def charge(kind: str, team_id: int | None, seconds: Decimal, description: str) -> None:
-            lines.add(
-                BillLine(
-                    team_id=team_id,
-                    kind=kind,
-                    chip_model=chip,  # noqa: B023 - called only inside this iteration
-                    device_seconds=seconds,
-                    rate=rate,  # noqa: B023 - called only inside this iteration
-                    multiplier=ONE,
-                    card_id=card_id,
-                    description=description,
+
+@dataclass
+class _Piece:
+    """A part of a chip's free capacity and who pays it (``charged`` False: hidden, counted as not charged)."""
+
+    kind: str
+    team_id: int | None
+    seconds: Decimal
+    description: str
+    charged: bool = True
+
+
+def _split_signed(total: Decimal, weights: dict[int, Decimal], quantum: Decimal) -> dict[int, Decimal]:
+    """:func:`split_exactly` for a total of either sign (a rounding remainder can be negative)."""
+    if total < 0:
+        return {k: -v for k, v in split_exactly(-total, weights, quantum).items()}
+    return split_exactly(total, weights, quantum)
+
+
+def _price_capacity(
+    bill: MonthBill,
+    lines: _Lines,
+    period: PricingPeriod,
+    policy: Policy,
+    chip: str,
+    cap: Capacity,
+    used: Decimal,
+    used_class: dict[tuple[str, int, str], Decimal],
+    weights_of_chip: dict[int, Decimal],
+    used_team: dict[int, Decimal],
+    guaranteed: dict[int, Decimal],
+    *,
+    strict: bool,
+) -> None:
+    """Split one chip's provisioned time in a period into unused reservations, unavailable and idle, and price it.
+
+    The free capacity (provisioned − used) is worth ``money(provisioned × rate)`` minus the usage
+    lines at the chip's rate; that amount is split to the cent among the pieces by their time, so
+    the month charges (or shows as not charged) provisioned × rate exactly.
+    """
+    card_id = period.card.pk if period.card is not None else None
+    stats = bill.chips.setdefault(chip, ChipStats())
+    rate = _rate(bill, period, chip, "", strict)
+    unavailable = cap.unavailable
+    free = cap.provisioned - used - unavailable
+    if free < 0:
+        _warn(
+            bill,
+            f"{chip}: jobs held {device_hours(used)} device-hours but the inventory provisioned only "
+            f"{device_hours(cap.provisioned - unavailable)} usable ones from "
+            f"{period.start:%Y-%m-%d %H:%M} UTC (jobs on cards the inventory did not have)",
+        )
+    idle = max(free, ZERO)
+    stats.provisioned += cap.provisioned
+    stats.used += used
+    for target, source in (
+        (stats.unavailable_by_status, cap.unavailable_by_status),
+        (stats.unavailable_by_cause, cap.unavailable_by_cause),
+    ):
+        for key, seconds in source.items():
+            target[key] = target.get(key, ZERO) + seconds
+    if rate not in stats.rates:
+        stats.rates.append(rate)
+    pieces: list[_Piece] = []
+
+    if bill.reserved_mode != RateCard.ReservedMode.HIDE and idle > 0:
+        for reservation in policy.reservations:
+            if reservation.chip_models is not None and chip not in reservation.chip_models:
+                continue
+            held_for = (cap.provisioned - unavailable) * Decimal(str(reservation.ratio))
+            by_class: dict[int, Decimal] = defaultdict(lambda: ZERO)
+            for (cls, team_id, c), seconds in used_class.items():
+                if c == chip and cls in reservation.priority_classes:
+                    by_class[team_id] += seconds
+            unused = min(max(held_for - sum(by_class.values(), ZERO), ZERO), idle)
+            if unused <= 0:
+                continue
+            if bill.reserved_mode == RateCard.ReservedMode.TO_CLASS_USERS:
+                weights, basis = dict(by_class), "by use of " + ", ".join(sorted(reservation.priority_classes))
+            else:
+                weights, basis = dict(weights_of_chip), f"by use of {chip}"
+            parts = split_exactly(unused, weights, SECONDS_QUANTUM)
+            for team_id, seconds in parts.items():
+                pieces.append(
+                    _Piece(StatementLine.Kind.RESERVED, team_id, seconds, f"reservation {reservation.name}, {basis}")
                 )
-            )
+            idle -= sum(parts.values(), ZERO)
+            stats.reserved_unused += sum(parts.values(), ZERO)
+    stats.idle += idle
 
-        if bill.reserved_mode != RateCard.ReservedMode.HIDE:
-            for reservation in policy.reservations:
-                if reservation.chip_models is not None and chip not in reservation.chip_models:
-                    continue
-                held_for = cap * Decimal(str(reservation.ratio))
-                by_class: dict[int, Decimal] = defaultdict(lambda: ZERO)
-                for (cls, team_id, c), seconds in used_class.items():
-                    if c == chip and cls in reservation.priority_classes:
-                        by_class[team_id] += seconds
-                unused = min(max(held_for - sum(by_class.values(), ZERO), ZERO), idle)
-                if unused <= 0:
-                    continue
-                if bill.reserved_mode == RateCard.ReservedMode.TO_CLASS_USERS:
-                    weights, basis = dict(by_class), "by use of " + ", ".join(sorted(reservation.priority_classes))
-                else:
-                    weights = {t: s for (t, c), s in used_team_chip.items() if c == chip}
-                    basis = f"by use of {chip}"
-                parts = split_exactly(unused, weights, SECONDS_QUANTUM)
-                if not parts:
-                    continue  # nobody to charge: it stays idle
-                for team_id, seconds in parts.items():
-                    charge(StatementLine.Kind.RESERVED, team_id, seconds, f"reservation {reservation.name}, {basis}")
-                idle -= sum(parts.values(), ZERO)
-                stats.reserved_unused += sum(parts.values(), ZERO)
-        if idle <= 0 or bill.idle_mode == RateCard.IdleMode.HIDE:
+    # Idle and unavailable follow the idle mode; unavailable always on lines of its own, per status.
+    free_parts = [(StatementLine.Kind.IDLE, "idle capacity", idle)] + [
+        (StatementLine.Kind.UNAVAILABLE, f"unavailable: {status}", seconds)
+        for status, seconds in sorted(cap.unavailable_by_status.items())
+    ]
+    if bill.idle_mode == RateCard.IdleMode.SHARE_BY_GUARANTEE:
+        weights, basis = guaranteed, "shared by guaranteed devices"
+    else:
+        weights, basis = weights_of_chip, f"shared by use of {chip}"
+        if not any(w > 0 for w in weights.values()):
+            weights, basis = used_team, "shared by use of all chips"
+    for kind, what, seconds in free_parts:
+        if seconds <= 0:
+            continue
+        if bill.idle_mode == RateCard.IdleMode.HIDE:
+            pieces.append(_Piece(kind, None, seconds, what, charged=False))
             continue
         if bill.idle_mode == RateCard.IdleMode.SEPARATE:
-            charge(StatementLine.Kind.IDLE, None, idle, "idle capacity")
+            pieces.append(_Piece(kind, None, seconds, what))
             continue
-        if bill.idle_mode == RateCard.IdleMode.SHARE_BY_GUARANTEE:
-            weights, basis = guaranteed, "shared by guaranteed devices"
-        else:
-            weights = {t: s for (t, c), s in used_team_chip.items() if c == chip}
-            basis = f"shared by use of {chip}"
-            if not any(w > 0 for w in weights.values()):
-                weights, basis = dict(used_team), "shared by use of all chips"
-        parts = split_exactly(idle, weights, SECONDS_QUANTUM)
+        parts = split_exactly(seconds, weights, SECONDS_QUANTUM)
         if not parts:
-            charge(StatementLine.Kind.IDLE, None, idle, "idle capacity (no team to share it with)")
+            pieces.append(_Piece(kind, None, seconds, f"{what} (no team to share it with)"))
             continue
-        for team_id, seconds in parts.items():
-            charge(StatementLine.Kind.IDLE, team_id, seconds, f"idle capacity, {basis}")
+        pieces.extend(_Piece(kind, team_id, part, f"{what}, {basis}") for team_id, part in parts.items())
+
+    # The balance: provisioned × rate, less the usage lines at the chip's rate, is what the pieces are worth.
+    amount = line_amount(device_hours(cap.provisioned), rate, ONE)
+    usage_lines = [
+        ln
+        for ln in lines.by_key.values()
+        if ln.kind == StatementLine.Kind.USAGE and ln.chip_model == chip and ln.card_id == card_id
+    ]
+    at_rate = sum((line_amount(ln.device_hours, rate, ONE) for ln in usage_lines), Decimal("0.00"))
+    stats.amount += amount
+    stats.pricing_difference += sum((ln.amount for ln in usage_lines), Decimal("0.00")) - at_rate
+    worth = amount - at_rate
+    shares = _split_signed(worth, {i: p.seconds for i, p in enumerate(pieces)}, CENT)
+    if not shares:
+        stats.not_charged += worth  # nothing free to carry it (a card fully used, or a data error)
+    for i, piece in enumerate(pieces):
+        value = shares.get(i, Decimal("0.00"))
+        if not piece.charged:
+            stats.not_charged += value
+            continue
+        lines.add(
+            BillLine(
+                team_id=piece.team_id,
+                kind=piece.kind,
+                chip_model=chip,
+                device_seconds=piece.seconds,
+                rate=rate,
+                multiplier=ONE,
+                card_id=card_id,
+                description=piece.description,
+                fixed_amount=value,
+            )
+        )
+
+
+def _warn(bill: MonthBill, message: str) -> None:
+    if message not in bill.warnings:
+        bill.warnings.append(message)
 
 
 # -- close, adjust ----------------------------------------------------------------
@@ -498,6 +720,7 @@ def _store(bill: MonthBill, now: datetime) -> list[Statement]:
     for team in [None, *teams]:
         statement = Statement.objects.create(
             team=team,
+            balance=bill.balance() if team is None else {},
             month=bill.month.label,
             currency=bill.currency,
             idle_mode=bill.idle_mode,

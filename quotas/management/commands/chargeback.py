@@ -142,6 +142,8 @@ class Command(SubcommandCommand):
                 "warnings": bill.warnings,
                 "totals": totals,
                 "lines": rows,
+                "balance": bill.balance(),
+                "not_charged": str(bill.not_charged),
             }
             self.stdout.write(json.dumps(body, indent=2))
             return
@@ -151,11 +153,20 @@ class Command(SubcommandCommand):
         for r in rows:
             what = r["chip_model"] + (f"/{r['vnpu_template']}" if r["vnpu_template"] else "")
             self.stdout.write(
-                f"  {r['team']:14} {r['kind']:9} {what:18} {r['priority_class']:9} {r['device_hours']:>16} h "
+                f"  {r['team']:14} {r['kind']:11} {what:18} {r['priority_class']:9} {r['device_hours']:>16} h "
                 f"× {r['rate']} × {r['multiplier']} = {r['amount']:>12}"
             )
         for team, total in totals.items():
             self.stdout.write(f"  total {team:14} {total:>14} {bill.currency}")
+        if bill.not_charged:
+            self.stdout.write(f"  not charged ({bill.idle_mode}) {bill.not_charged:>14} {bill.currency}")
+        for chip, b in bill.balance().items():
+            self.stdout.write(
+                f"  balance {chip:10} provisioned {b['provisioned_hours']} h = used {b['used_hours']} "
+                f"+ reserved {b['reserved_unused_hours']} + unavailable {b['unavailable_hours']} "
+                f"+ idle {b['idle_hours']}; {b['amount']} at the rate, charged {b['charged']}, "
+                f"not charged {b['not_charged']}"
+            )
 
     def do_sweep(self, opts: dict[str, Any]) -> None:
         written = record_closed_allocations()
