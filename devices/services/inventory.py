@@ -53,7 +53,7 @@ def derive_status(node: Any, device: Any) -> tuple[str, str]:
     return Status.USABLE, ""
 
 
-def _last_status(device_ids: Iterable[int]) -> dict[int, str]:
+def _last_status(device_ids: Iterable[int]) -> dict[int, str | None]:
     last = InventoryEvent.objects.filter(device_id=OuterRef("pk")).order_by("-at", "-id")
     return dict(
         Device.objects.filter(pk__in=list(device_ids))
@@ -62,17 +62,8 @@ def _last_status(device_ids: Iterable[int]) -> dict[int, str]:
     )
 
 
-def record(devices: Iterable[Device], *, at: datetime | None = None, cause: str = "") -> int:
-    """Append an event for each of ``devices`` whose status differs from its last one; how many were added.
-
-    ``cause`` (an operator's reason, the tool that reported a fault) is added to the derived one.
-    Call it inside the transaction that made the change, after the change.
-    """
-    devices = list(devices)
-    if not devices:
-        return 0
-    at = at or timezone.now()
-    last = _last_status(d.pk for d in devices)
+def _events(devices: Iterable[Any], last: dict[int, str | None], at: datetime, cause: str) -> list[InventoryEvent]:
+    """The events that bring ``devices`` (with ``node`` loaded) from their ``last`` status to the derived one."""
     events = []
     for device in devices:
         status, derived = derive_status(device.node, device)
@@ -84,6 +75,20 @@ def record(devices: Iterable[Device], *, at: datetime | None = None, cause: str 
                 device=device, node_name=device.node.name, chip_model=device.chip_model, at=at, status=status, cause=why
             )
         )
+    return events
+
+
+def record(devices: Iterable[Device], *, at: datetime | None = None, cause: str = "") -> int:
+    """Append an event for each of ``devices`` whose status differs from its last one; how many were added.
+
+    ``devices`` need their ``node`` loaded (``select_related("node")``, or set by the caller).
+    ``cause`` (an operator's reason, the tool that reported a fault) is added to the derived one.
+    Call it inside the transaction that made the change, after the change.
+    """
+    devices = list(devices)
+    if not devices:
+        return 0
+    events = _events(devices, _last_status(d.pk for d in devices), at or timezone.now(), cause)
     InventoryEvent.objects.bulk_create(events)
     return len(events)
 
@@ -95,8 +100,17 @@ def record_nodes(node_names: Iterable[str], *, at: datetime | None = None, cause
 
 
 def sweep(*, at: datetime | None = None) -> int:
-    """:func:`record` for the whole inventory: a path that changed a status without recording it is caught here."""
-    return record(Device.objects.select_related("node"), at=at, cause="")
+    """:func:`record` for the whole inventory: a path that changed a status without recording it is caught here.
+
+    One query when nothing changed (the tick calls it every few seconds): the cards, their nodes and
+    each card's last status come back together, and nothing is written.
+    """
+    last = InventoryEvent.objects.filter(device_id=OuterRef("pk")).order_by("-at", "-id")
+    devices = list(Device.objects.select_related("node").annotate(last_status=Subquery(last.values("status")[:1])))
+    events = _events(devices, {d.pk: d.last_status for d in devices}, at or timezone.now(), "")
+    if events:
+        InventoryEvent.objects.bulk_create(events)
+    return len(events)
 
 
 @dataclass(frozen=True)
