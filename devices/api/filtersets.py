@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
+from django.db.models import QuerySet
 
 from devices.models import Device, Node
 from npuportal import api_filters
@@ -11,10 +14,22 @@ from npuportal import api_filters
 class NodeFilterSet(api_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Node.State.choices)
     chip_model = django_filters.CharFilter(field_name="devices__chip_model", distinct=True)
+    removed = api_filters.BooleanFilter(
+        field_name="removed_at",
+        lookup_expr="isnull",
+        exclude=True,
+        label="true: the nodes removed from the inventory (kept for their history); default false",
+    )
 
     class Meta:
         model = Node
-        fields = ["state", "reachable", "chip_model"]
+        fields = ["state", "reachable", "chip_model", "removed"]
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Without ``removed``, the inventory as it is: removed nodes left out."""
+        if self.form.cleaned_data.get("removed") is None:
+            queryset = queryset.filter(removed_at__isnull=True)
+        return super().filter_queryset(queryset)
 
 
 class DeviceFilterSet(api_filters.FilterSet):
