@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import OuterRef, Subquery
@@ -134,7 +134,10 @@ def stretches(start: datetime, end: datetime) -> list[Stretch]:
     """Each card's statuses within ``[start, end)``, from its history; ``removed`` stretches left out.
 
     A card counts from its first event (it did not exist before) to its ``removed`` event.
+    Bounds on a zone's clock (a month of the policy) are taken to UTC first: Python subtracts two
+    times of one zone on the wall clock, which makes a month with a DST change an hour off.
     """
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
     if end <= start:
         return []
     found: list[Stretch] = []
