@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import django_filters
-from django.db.models import QuerySet
 
 from devices.models import Device, Node
 from npuportal import api_filters
@@ -24,12 +21,6 @@ class NodeFilterSet(api_filters.FilterSet):
     class Meta:
         model = Node
         fields = ["state", "reachable", "chip_model", "removed"]
-
-    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        """Without ``removed``, the inventory as it is: removed nodes left out."""
-        if self.form.cleaned_data.get("removed") is None:
-            queryset = queryset.filter(removed_at__isnull=True)
-        return super().filter_queryset(queryset)
 
 
 class DeviceFilterSet(api_filters.FilterSet):

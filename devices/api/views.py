@@ -54,7 +54,12 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = r"[-a-zA-Z0-9_.]+"
 
     def get_queryset(self) -> QuerySet[Node]:
-        return nodes_with_devices()
+        nodes = nodes_with_devices()
+        if self.action == "list" and "removed" not in self.request.query_params:
+            # The list is the inventory as it is; ``?removed=true`` lists the removed nodes, and a
+            # removed node is still found by its name (its history points at it).
+            nodes = nodes.filter(removed_at__isnull=True)
+        return nodes
 
     def get_serializer_class(self) -> type:
         return NodeSerializer if self.action == "list" else NodeDetailSerializer
