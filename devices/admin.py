@@ -31,6 +31,8 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ("name", "agent_url")
     inlines = [DeviceInline]
     exclude = ()
+    #: Removing is ``manage.py nodes remove`` (refused while jobs run there), never a field typed in here.
+    readonly_fields = ("removed_at",)
 
     @admin.display(description="devices")
     def device_count(self, obj: Node) -> int:
