@@ -39,16 +39,33 @@ def derive_status(node: Any, device: Any) -> tuple[str, str]:
 
     Works on model instances and on migration-time historical models alike (it reads fields only).
     """
-    if getattr(node, "removed_at", None) is not None:
+    return _status(
+        getattr(node, "removed_at", None),
+        node.state,
+        node.reachable,
+        device.health,
+        device.health_detail,
+        device.schedulable,
+    )
+
+
+_USABLE_HEALTH = frozenset(str(h) for h in Device.USABLE_HEALTH)
+
+
+def _status(
+    removed_at: datetime | None, state: str, reachable: bool, health: str, health_detail: str, schedulable: bool
+) -> tuple[str, str]:
+    """:func:`derive_status` on plain values, so the sweep needs no model instances."""
+    if removed_at is not None:
         return Status.REMOVED, "node removed"
-    if node.state in _NODE_STATUS:
-        return _NODE_STATUS[node.state], f"node {node.state}"
-    if not node.reachable:
+    if state in _NODE_STATUS:
+        return _NODE_STATUS[state], f"node {state}"
+    if not reachable:
         return Status.DOWN, "node unreachable"
-    if device.health not in {str(h) for h in Device.USABLE_HEALTH}:
-        detail = f": {device.health_detail}" if device.health_detail else ""
-        return Status.UNHEALTHY, f"{device.health}{detail}"[:300]
-    if not device.schedulable:
+    if health not in _USABLE_HEALTH:
+        detail = f": {health_detail}" if health_detail else ""
+        return Status.UNHEALTHY, f"{health}{detail}"[:300]
+    if not schedulable:
         return Status.DISABLED, "card marked unschedulable"
     return Status.USABLE, ""
 
@@ -103,11 +120,30 @@ def sweep(*, at: datetime | None = None) -> int:
     """:func:`record` for the whole inventory: a path that changed a status without recording it is caught here.
 
     One query when nothing changed (the tick calls it every few seconds): the cards, their nodes and
-    each card's last status come back together, and nothing is written.
+    each card's last status come back together as plain rows (no model instances: a few thousand
+    cards cost milliseconds), and nothing is written.
     """
     last = InventoryEvent.objects.filter(device_id=OuterRef("pk")).order_by("-at", "-id")
-    devices = list(Device.objects.select_related("node").annotate(last_status=Subquery(last.values("status")[:1])))
-    events = _events(devices, {d.pk: d.last_status for d in devices}, at or timezone.now(), "")
+    rows = Device.objects.annotate(last_status=Subquery(last.values("status")[:1])).values_list(
+        "pk",
+        "chip_model",
+        "health",
+        "health_detail",
+        "schedulable",
+        "node__name",
+        "node__state",
+        "node__reachable",
+        "node__removed_at",
+        "last_status",
+    )
+    at = at or timezone.now()
+    events = []
+    for pk, chip, health, detail, schedulable, node, state, reachable, removed_at, last_status in rows:
+        status, cause = _status(removed_at, state, reachable, health, detail, schedulable)
+        if status != last_status:
+            events.append(
+                InventoryEvent(device_id=pk, node_name=node, chip_model=chip, at=at, status=status, cause=cause)
+            )
     if events:
         InventoryEvent.objects.bulk_create(events)
     return len(events)
