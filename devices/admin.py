@@ -11,10 +11,12 @@ from devices.models import Device, HealthEvent, InventoryEvent, Node, VnpuTempla
 from devices.services import inventory
 
 
-def _record_admin_change(request: HttpRequest, devices: list[Device], node: Node) -> None:
+def _record_admin_change(request: HttpRequest, devices: list[Device], node: Node, *, added: bool = False) -> None:
     for device in devices:
         device.node = node
-    inventory.record(devices, cause=f"admin: changed by {request.user}")
+    inventory.record(
+        devices, cause=f"joined: added in the admin by {request.user}" if added else f"admin: changed by {request.user}"
+    )
 
 
 class DeviceInline(admin.TabularInline):
@@ -42,7 +44,7 @@ class NodeAdmin(admin.ModelAdmin):
         """After the node and its device rows are saved (same transaction): their history."""
         super().save_related(request, form, formsets, change)
         node = form.instance
-        _record_admin_change(request, list(node.devices.all()), node)
+        _record_admin_change(request, list(node.devices.all()), node, added=not change)
 
 
 @admin.register(Device)

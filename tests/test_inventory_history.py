@@ -199,3 +199,38 @@ def test_the_name_of_a_removed_node_reactivates_it_with_new_events(demo, monkeyp
     assert _last(node.devices.first()).cause == "rejoined: registered from http://10.0.0.5:8471"
     snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
     assert NODE in {n.name for n in snapshot.nodes}
+
+
+def test_a_node_added_in_the_django_admin_joins_with_its_cards(db, client, user_factory) -> None:
+    admin_user = user_factory("root-admin", staff=True)
+    admin_user.is_superuser = True
+    admin_user.save()
+    client.force_login(admin_user)
+    form = {
+        "name": "admin-node",
+        "agent_url": "",
+        "agent_token": "",
+        "labels": "{}",
+        "state": "ready",
+        "reachable": "on",
+        "missed_polls": "0",
+        "answered_polls": "0",
+        "last_poll_error": "",
+        "devices-TOTAL_FORMS": "2",
+        "devices-INITIAL_FORMS": "0",
+        "devices-MIN_NUM_FORMS": "0",
+        "devices-MAX_NUM_FORMS": "1000",
+    }
+    for i in range(2):
+        form |= {
+            f"devices-{i}-index": str(i),
+            f"devices-{i}-chip_model": "910A",
+            f"devices-{i}-topology_group": "ring0",
+            f"devices-{i}-health": "healthy",
+            f"devices-{i}-schedulable": "on",
+        }
+    resp = client.post("/admin/devices/node/add/", form)
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    events = InventoryEvent.objects.filter(node_name="admin-node")
+    assert sorted(events.values_list("device__index", "status")) == [(0, Status.USABLE), (1, Status.USABLE)]
+    assert {e.cause for e in events} == {"joined: added in the admin by root-admin"}
