@@ -234,3 +234,16 @@ def test_a_node_added_in_the_django_admin_joins_with_its_cards(db, client, user_
     events = InventoryEvent.objects.filter(node_name="admin-node")
     assert sorted(events.values_list("device__index", "status")) == [(0, Status.USABLE), (1, Status.USABLE)]
     assert {e.cause for e in events} == {"joined: added in the admin by root-admin"}
+
+
+def test_a_removed_nodes_cards_are_not_offered_to_a_submission(demo, user_factory) -> None:
+    from quotas.models import Team
+    from scheduling.services import jobs as job_service
+
+    registration.remove_node("ascend-310p-01", actor=None)
+    lead = user_factory("lead-s", team="inference", role="lead")
+    spec = job_service.JobSpec(name="p3", command="true", num_devices=1, chip_model="310P3")
+    with pytest.raises(
+        job_service.SubmissionError, match="no device of model '310P3' in the cluster; known: 910A, 910B4"
+    ):
+        job_service.submit_job(team=Team.objects.get(name="inference"), user=lead, spec=spec)
