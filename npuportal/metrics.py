@@ -69,7 +69,10 @@ class ClusterCollector(Collector):
             "npuportal_devices", "Devices by health and chip model", labels=["health", "chip_model"]
         )
         rows = (
-            Device.objects.values_list("health", "chip_model").annotate(n=Count("id")).order_by("health", "chip_model")
+            Device.objects.filter(node__removed_at__isnull=True)
+            .values_list("health", "chip_model")
+            .annotate(n=Count("id"))
+            .order_by("health", "chip_model")
         )
         for health, chip, n in rows:
             family.add_metric([health, chip], n)
@@ -82,7 +85,8 @@ class ClusterCollector(Collector):
         failures = 0
         unreachable = 0
         for state, reachable, n, missed in (
-            Node.objects.values_list("state", "reachable")
+            Node.objects.filter(removed_at__isnull=True)
+            .values_list("state", "reachable")
             .annotate(n=Count("id"), missed=Sum("missed_polls"))
             .order_by("state", "reachable")
         ):

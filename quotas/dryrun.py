@@ -25,7 +25,7 @@ from scheduling.models import Job
 def cluster_spec() -> ClusterSpec:
     """This cluster as the simulator's node groups (nodes of one shape form a group)."""
     shapes: Counter[tuple[str, int, int, int, int, int]] = Counter()
-    for node in Node.objects.prefetch_related("devices"):
+    for node in Node.objects.filter(removed_at__isnull=True).prefetch_related("devices"):
         devices = list(node.devices.all())
         if not devices:
             continue

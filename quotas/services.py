@@ -123,7 +123,9 @@ def cluster_facts() -> tuple[set[str], dict[str, float]]:
 
     chips: set[str] = set()
     capacity: dict[str, float] = {DEVICES: 0.0}
-    for chip, health, schedulable in Device.objects.values_list("chip_model", "health", "schedulable"):
+    for chip, health, schedulable in Device.objects.filter(node__removed_at__isnull=True).values_list(
+        "chip_model", "health", "schedulable"
+    ):
         chips.add(chip)
         if schedulable and health in Device.USABLE_HEALTH:
             capacity[DEVICES] += 1

@@ -131,6 +131,9 @@ def _populate(snapshot: Any) -> None:
             for n in snapshot.nodes
             for d in n.devices
         )
+        from devices.services import inventory
+
+        inventory.sweep()  # each card's join event, so the first tick's backstop finds nothing to write
         VnpuTemplate.objects.bulk_create(
             VnpuTemplate(
                 chip_model=t.chip_model, name=t.name, memory_mb=t.memory_mb, ai_cores=t.ai_cores, ai_cpus=t.ai_cpus

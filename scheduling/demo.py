@@ -85,13 +85,16 @@ def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[st
     agent_dir = settings.VAR_DIR / "agents"
     agent_dir.mkdir(parents=True, exist_ok=True)
     agents = []
+    joined: list[str] = []  # nodes this run registers: their history starts below, once the policy's clock is known
     for i, spec in enumerate(NODES):
         port = agent_base_port() + i
         token_file = agent_dir / f"{spec.name}.token"
         if not token_file.exists():
             token_file.write_text(secrets.token_urlsafe(24))
             token_file.chmod(0o600)
-        node, _ = Node.objects.get_or_create(name=spec.name, defaults={"labels": {"demo": True, "rack": "r1"}})
+        node, created = Node.objects.get_or_create(name=spec.name, defaults={"labels": {"demo": True, "rack": "r1"}})
+        if created:
+            joined.append(node.name)
         if with_agents:
             node.agent_url = f"http://127.0.0.1:{port}"
             node.agent_token = token_file.read_text().strip()
@@ -162,6 +165,8 @@ def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[st
         )
     from quotas.accounting.demo import last_month_history, seed_chargeback
 
+    if joined:
+        _register(joined, timezone.now())
     if not Job.objects.exists():
         now = timezone.now()
         # Last month first, then the recent jobs on cards that last month's left free: on the
@@ -170,6 +175,28 @@ def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[st
         _history(teams, now)
     seed_chargeback()  # a rate card, last month's usage, and last month's closed statements
     return passwords
+
+
+def registration_time(now: datetime) -> datetime:
+    """When the demo's nodes joined: the start of last month on the policy's clock.
+
+    The demo's past jobs run from last month on (``quotas.accounting.demo``), so a card that joined
+    then was in the inventory before any job ran on it, and chargeback counts it from then.
+    """
+    from quotas.accounting.statements import previous_month
+    from quotas.services import active_policy
+    from scheduling.services.usage import month_of
+
+    return month_of(active_policy().policy, now, previous_month(now)).start
+
+
+def _register(names: list[str], now: datetime) -> None:
+    """The demo nodes' registration: ``Node.created`` and one ``usable`` inventory event per card, then."""
+    from devices.services import inventory
+
+    at = registration_time(now)
+    Node.objects.filter(name__in=names).update(created=at)
+    inventory.record_nodes(names, at=at, cause="joined: demo node")
 
 
 def _free_from(devices: list[Device]) -> datetime | None:

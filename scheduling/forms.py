@@ -69,7 +69,7 @@ class JobSubmitForm(forms.Form):
         policy = active_policy().policy
         self.fields["priority_class"].choices = [(c.name, c.name) for c in policy.priority_classes]
         self.fields["priority_class"].initial = policy.default_class.name
-        chips = sorted(set(Device.objects.values_list("chip_model", flat=True)))
+        chips = sorted(set(Device.objects.filter(node__removed_at__isnull=True).values_list("chip_model", flat=True)))
         self.fields["chip_model"].choices = [("", "any")] + [(c, c) for c in chips]
         self.fields["vnpu_template"].choices = [("", "none")] + [
             (t.name, f"{t.name} on {t.chip_model} ({t.ai_cores} AI cores, {t.memory_mb // 1024} GB)")

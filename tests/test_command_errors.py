@@ -166,6 +166,10 @@ MANAGE_CASES: dict[str, tuple[list[str], dict[str, str], int, str]] = {
     "policy validate, not UTF-8": (["policy", "validate", "{bad}"], {}, 2, NOT_UTF8_LINE),
     "policy apply, not UTF-8": (["policy", "apply", "{bad}", "-m", "why", "--author", "admin"], {}, 2, NOT_UTF8_LINE),
     "policy diff, not UTF-8": (["policy", "diff", "{bad}", "active"], {}, 2, NOT_UTF8_LINE),
+    "nodes add, token file not UTF-8": (
+        ["nodes", "add", "n1", "--agent-url", "http://127.0.0.1:{port}", "--token-file", "{bad}"], {}, 2,
+        "--token-file: token file {bad} is not UTF-8 text " + BYTE_AT,
+    ),
     "chargeback adjust 1e30": (
         ["chargeback", "adjust", "--team", "t", "--month", "2026-11", "--amount", "1e30", "--reason", "x"], {}, 2,
         "amount: '1e30' is too large: at most 12 digits before the point (up to 999999999999.99)",

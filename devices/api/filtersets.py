@@ -11,10 +11,16 @@ from npuportal import api_filters
 class NodeFilterSet(api_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Node.State.choices)
     chip_model = django_filters.CharFilter(field_name="devices__chip_model", distinct=True)
+    removed = api_filters.BooleanFilter(
+        field_name="removed_at",
+        lookup_expr="isnull",
+        exclude=True,
+        label="true: the nodes removed from the inventory (kept for their history); default false",
+    )
 
     class Meta:
         model = Node
-        fields = ["state", "reachable", "chip_model"]
+        fields = ["state", "reachable", "chip_model", "removed"]
 
 
 class DeviceFilterSet(api_filters.FilterSet):

@@ -63,6 +63,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "devices_free",
             "devices_busy",
             "devices_unhealthy",
+            "removed_at",
         ]
         read_only_fields = fields
 
@@ -95,6 +96,14 @@ class NodeDetailSerializer(NodeSerializer):
     class Meta(NodeSerializer.Meta):
         fields = [*NodeSerializer.Meta.fields, "devices"]
         read_only_fields = fields
+
+
+class NodeCreateSerializer(fields.InputSerializer):
+    """``POST /api/v1/nodes/``: the portal asks the agent at ``agent_url`` for the node's devices."""
+
+    name = fields.CharField(max_length=100, help_text="Letters, digits, '-', '_' or '.'")
+    agent_url = fields.CharField(max_length=200, help_text="The agent's base URL, e.g. http://10.0.0.5:8471")
+    token = fields.CharField(max_length=200, write_only=True, help_text="The agent's token (its --token-file)")
 
 
 class NodeOperationSerializer(fields.InputSerializer):

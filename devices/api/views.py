@@ -1,20 +1,27 @@
-"""Nodes and devices: everyone signed in reads them; admins cordon, drain and uncordon."""
+"""Nodes and devices: everyone signed in reads them; admins add, remove, cordon, drain and uncordon nodes."""
 
 from __future__ import annotations
 
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import viewsets
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from devices.api.filtersets import DeviceFilterSet, NodeFilterSet
-from devices.api.serializers import DeviceSerializer, NodeDetailSerializer, NodeOperationSerializer, NodeSerializer
+from devices.api.serializers import (
+    DeviceSerializer,
+    NodeCreateSerializer,
+    NodeDetailSerializer,
+    NodeOperationSerializer,
+    NodeSerializer,
+)
 from devices.models import Device, Node
-from devices.services import operations
-from quotas.api.errors import error_responses
+from devices.services import operations, registration
+from quotas.api.errors import error_response, error_responses
 from quotas.api.permissions import IsAdmin
 from scheduling.models import Allocation
 
@@ -47,15 +54,66 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = r"[-a-zA-Z0-9_.]+"
 
     def get_queryset(self) -> QuerySet[Node]:
-        return nodes_with_devices()
+        nodes = nodes_with_devices()
+        if self.action == "list" and "removed" not in self.request.query_params:
+            # The list is the inventory as it is; ``?removed=true`` lists the removed nodes, and a
+            # removed node is still found by its name (its history points at it).
+            nodes = nodes.filter(removed_at__isnull=True)
+        return nodes
 
     def get_serializer_class(self) -> type:
         return NodeSerializer if self.action == "list" else NodeDetailSerializer
 
     def get_permissions(self) -> list[object]:
-        if self.action in ("cordon", "drain", "uncordon"):
+        if self.action in ("cordon", "drain", "uncordon", "create", "destroy"):
             return [IsAuthenticated(), IsAdmin()]
         return [IsAuthenticated()]
+
+    @extend_schema(
+        summary="Add a node: the portal asks its agent for the devices and registers them (admins)",
+        request=NodeCreateSerializer,
+        responses={201: NodeDetailSerializer, **error_responses(400, 401, 403, 409, 502)},
+    )
+    def create(self, request: Request) -> Response:
+        incoming = NodeCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        try:
+            done = registration.register_node(data["name"], data["agent_url"], data["token"], actor=request.user)
+        except registration.RegistrationError as exc:
+            return _refusal(exc)
+        node = nodes_with_devices().get(pk=done.node.pk)
+        return Response(NodeDetailSerializer(node, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Remove a node from the inventory; its history stays (admins)",
+        parameters=[
+            OpenApiParameter(
+                "drain",
+                OpenApiTypes.BOOL,
+                description="Jobs running: drain the node (202 with the node) instead of refusing; "
+                "delete again once it is drained",
+            ),
+            OpenApiParameter("reason", OpenApiTypes.STR, description="Why (kept in the history)"),
+        ],
+        request=None,
+        responses={204: None, 202: NodeDetailSerializer, **error_responses(400, 401, 403, 404, 409)},
+    )
+    def destroy(self, request: Request, name: str | None = None) -> Response:
+        drain = request.query_params.get("drain", "false").strip().lower()
+        if drain not in ("true", "false"):
+            return error_response(400, "must be true or false", field="drain")
+        reason = request.query_params.get("reason", "")
+        if len(reason) > 200:
+            return error_response(400, "at most 200 characters", field="reason")
+        try:
+            done = registration.remove_node(name or "", actor=request.user, drain=drain == "true", reason=reason)
+        except registration.RegistrationError as exc:
+            return _refusal(exc)
+        if done.removed:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        node = nodes_with_devices().get(pk=done.node.pk)
+        return Response(NodeDetailSerializer(node, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
 
     def _operate(self, request: Request, use_case: object) -> Response:
         node = self.get_object()
@@ -80,6 +138,14 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         return self._operate(request, operations.uncordon_node)
 
 
+#: HTTP status of each kind of :class:`registration.RegistrationError`.
+_REFUSAL_STATUS = {"invalid": 400, "refused": 400, "duplicate": 409, "busy": 409, "unreachable": 502, "missing": 404}
+
+
+def _refusal(exc: registration.RegistrationError) -> Response:
+    return error_response(_REFUSAL_STATUS[exc.kind], str(exc), field=exc.field)
+
+
 @extend_schema_view(
     list=extend_schema(
         summary="Devices; filter by chip_model, health, node", responses={200: DeviceSerializer, **error_responses(401)}
@@ -92,4 +158,6 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = r"\d{1,18}"
 
     def get_queryset(self) -> QuerySet[Device]:
-        return devices_with_busy().select_related("node").order_by("node__name", "index")
+        devices = devices_with_busy().select_related("node").order_by("node__name", "index")
+        # The list is the inventory; a removed node's card is still found by its id (its history points at it).
+        return devices.filter(node__removed_at__isnull=True) if self.action == "list" else devices

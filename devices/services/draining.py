@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef
 
 from devices.models import Node
+from devices.services import inventory
 from quotas.models import AuditEvent
 from scheduling.models import Allocation
 
@@ -37,4 +38,5 @@ def mark_drained() -> list[str]:
         )
         for name in names
     )
+    inventory.record_nodes(names, cause="drained: nothing runs on it any more")
     return names

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import OuterRef, Subquery
@@ -39,21 +39,38 @@ def derive_status(node: Any, device: Any) -> tuple[str, str]:
 
     Works on model instances and on migration-time historical models alike (it reads fields only).
     """
-    if getattr(node, "removed_at", None) is not None:
+    return _status(
+        getattr(node, "removed_at", None),
+        node.state,
+        node.reachable,
+        device.health,
+        device.health_detail,
+        device.schedulable,
+    )
+
+
+_USABLE_HEALTH = frozenset(str(h) for h in Device.USABLE_HEALTH)
+
+
+def _status(
+    removed_at: datetime | None, state: str, reachable: bool, health: str, health_detail: str, schedulable: bool
+) -> tuple[str, str]:
+    """:func:`derive_status` on plain values, so the sweep needs no model instances."""
+    if removed_at is not None:
         return Status.REMOVED, "node removed"
-    if node.state in _NODE_STATUS:
-        return _NODE_STATUS[node.state], f"node {node.state}"
-    if not node.reachable:
+    if state in _NODE_STATUS:
+        return _NODE_STATUS[state], f"node {state}"
+    if not reachable:
         return Status.DOWN, "node unreachable"
-    if device.health not in {str(h) for h in Device.USABLE_HEALTH}:
-        detail = f": {device.health_detail}" if device.health_detail else ""
-        return Status.UNHEALTHY, f"{device.health}{detail}"[:300]
-    if not device.schedulable:
+    if health not in _USABLE_HEALTH:
+        detail = f": {health_detail}" if health_detail else ""
+        return Status.UNHEALTHY, f"{health}{detail}"[:300]
+    if not schedulable:
         return Status.DISABLED, "card marked unschedulable"
     return Status.USABLE, ""
 
 
-def _last_status(device_ids: Iterable[int]) -> dict[int, str]:
+def _last_status(device_ids: Iterable[int]) -> dict[int, str | None]:
     last = InventoryEvent.objects.filter(device_id=OuterRef("pk")).order_by("-at", "-id")
     return dict(
         Device.objects.filter(pk__in=list(device_ids))
@@ -62,17 +79,8 @@ def _last_status(device_ids: Iterable[int]) -> dict[int, str]:
     )
 
 
-def record(devices: Iterable[Device], *, at: datetime | None = None, cause: str = "") -> int:
-    """Append an event for each of ``devices`` whose status differs from its last one; how many were added.
-
-    ``cause`` (an operator's reason, the tool that reported a fault) is added to the derived one.
-    Call it inside the transaction that made the change, after the change.
-    """
-    devices = list(devices)
-    if not devices:
-        return 0
-    at = at or timezone.now()
-    last = _last_status(d.pk for d in devices)
+def _events(devices: Iterable[Any], last: dict[int, str | None], at: datetime, cause: str) -> list[InventoryEvent]:
+    """The events that bring ``devices`` (with ``node`` loaded) from their ``last`` status to the derived one."""
     events = []
     for device in devices:
         status, derived = derive_status(device.node, device)
@@ -84,6 +92,20 @@ def record(devices: Iterable[Device], *, at: datetime | None = None, cause: str 
                 device=device, node_name=device.node.name, chip_model=device.chip_model, at=at, status=status, cause=why
             )
         )
+    return events
+
+
+def record(devices: Iterable[Device], *, at: datetime | None = None, cause: str = "") -> int:
+    """Append an event for each of ``devices`` whose status differs from its last one; how many were added.
+
+    ``devices`` need their ``node`` loaded (``select_related("node")``, or set by the caller).
+    ``cause`` (an operator's reason, the tool that reported a fault) is added to the derived one.
+    Call it inside the transaction that made the change, after the change.
+    """
+    devices = list(devices)
+    if not devices:
+        return 0
+    events = _events(devices, _last_status(d.pk for d in devices), at or timezone.now(), cause)
     InventoryEvent.objects.bulk_create(events)
     return len(events)
 
@@ -95,8 +117,36 @@ def record_nodes(node_names: Iterable[str], *, at: datetime | None = None, cause
 
 
 def sweep(*, at: datetime | None = None) -> int:
-    """:func:`record` for the whole inventory: a path that changed a status without recording it is caught here."""
-    return record(Device.objects.select_related("node"), at=at, cause="")
+    """:func:`record` for the whole inventory: a path that changed a status without recording it is caught here.
+
+    One query when nothing changed (the tick calls it every few seconds): the cards, their nodes and
+    each card's last status come back together as plain rows (no model instances: a few thousand
+    cards cost milliseconds), and nothing is written.
+    """
+    last = InventoryEvent.objects.filter(device_id=OuterRef("pk")).order_by("-at", "-id")
+    rows = Device.objects.annotate(last_status=Subquery(last.values("status")[:1])).values_list(
+        "pk",
+        "chip_model",
+        "health",
+        "health_detail",
+        "schedulable",
+        "node__name",
+        "node__state",
+        "node__reachable",
+        "node__removed_at",
+        "last_status",
+    )
+    at = at or timezone.now()
+    events = []
+    for pk, chip, health, detail, schedulable, node, state, reachable, removed_at, last_status in rows:
+        status, cause = _status(removed_at, state, reachable, health, detail, schedulable)
+        if status != last_status:
+            events.append(
+                InventoryEvent(device_id=pk, node_name=node, chip_model=chip, at=at, status=status, cause=cause)
+            )
+    if events:
+        InventoryEvent.objects.bulk_create(events)
+    return len(events)
 
 
 @dataclass(frozen=True)
@@ -120,7 +170,10 @@ def stretches(start: datetime, end: datetime) -> list[Stretch]:
     """Each card's statuses within ``[start, end)``, from its history; ``removed`` stretches left out.
 
     A card counts from its first event (it did not exist before) to its ``removed`` event.
+    Bounds on a zone's clock (a month of the policy) are taken to UTC first: Python subtracts two
+    times of one zone on the wall clock, which makes a month with a DST change an hour off.
     """
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
     if end <= start:
         return []
     found: list[Stretch] = []

@@ -6,6 +6,9 @@
   Draining a node with nothing running drains it at once; draining a drained node changes nothing.
 - uncordon: the node takes new work again (also from ``drained``).
 
+Each one writes the inventory history (:mod:`devices.services.inventory`) in its transaction, with
+the operator's reason as the cause (``cordon: replace fan``).
+
 The tick reads ``Node.state`` (only ``ready`` nodes get new work), so a change
 takes effect at the next tick. Asking for the state a node is already in
 changes nothing and writes no audit event, so scripts may repeat themselves.
@@ -19,6 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from devices.models import Node
+from devices.services import inventory
 from devices.services.draining import mark_drained
 from quotas.models import AuditEvent
 from scheduling.models import Job
@@ -58,6 +62,11 @@ def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser |
     if reason:
         detail += f": {reason}"
     AuditEvent.objects.create(actor=actor, action=action, target=node.name, detail=detail)
+    verb = action.removeprefix("node.")
+    devices = list(node.devices.all())
+    for device in devices:
+        device.node = node
+    inventory.record(devices, cause=f"{verb}: {reason}" if reason else verb)
     return NodeOperation(node=node, changed=True, previous=previous)
 
 

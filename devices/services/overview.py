@@ -88,7 +88,7 @@ def cluster_overview(visible_team_ids: set[int] | None) -> Overview:
     nodes = []
     by_state = dict.fromkeys(CARD_STATES, 0)
     teams: dict[str, int] = {}
-    for node in Node.objects.prefetch_related("devices"):
+    for node in Node.objects.filter(removed_at__isnull=True).prefetch_related("devices"):
         cards = []
         for device in node.devices.all():
             holders = held.get(device.pk, [])

@@ -36,6 +36,7 @@ from django.utils.dateparse import parse_datetime
 
 from devices.models import Device, HealthEvent, Node
 from devices.services import health as hm
+from devices.services import inventory
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
 from scheduling.models import Allocation, Job, JobEvent
 
@@ -200,7 +201,7 @@ def _seen(results: Iterable[PollResult]) -> SeenJobs:
 
 def poll_all() -> PollSummary:
     """Poll every node with an agent once: fetch, apply, act (see the module docstring)."""
-    nodes = list(Node.objects.exclude(agent_url="").order_by("name"))
+    nodes = list(Node.objects.exclude(agent_url="").filter(removed_at__isnull=True).order_by("name"))
     summary = PollSummary()
     if not nodes:
         return summary
@@ -283,6 +284,8 @@ def _apply_missed(
         )
         log.warning("node %s unreachable after %s missed polls: %s", node.name, node.missed_polls, result.error)
     node.save(update_fields=fields)
+    if "reachable" in fields:
+        _record_node(node, now, f"missed {node.missed_polls} polls in a row")
     if node.reachable:
         return
     # Usage is charged up to the last poll the node answered: after it nobody knows what ran.
@@ -309,9 +312,10 @@ def _apply_answer(node: Node, result: PollResult, now: datetime, t: hm.Threshold
     first answer all the same (see :func:`_reconcile_jobs`).
     """
     node.answered_polls += 1
+    rejoined = False
     if not node.reachable:
         if node.answered_polls >= t.node_rejoin_polls:
-            node.reachable = True
+            node.reachable = rejoined = True
             HealthEvent.objects.create(
                 node=node,
                 at=now,
@@ -332,6 +336,8 @@ def _apply_answer(node: Node, result: PollResult, now: datetime, t: hm.Threshold
     node.last_heartbeat = result.fetched_at
     node.last_poll_error = f"device readings: {body_error}"[:500] if body_error else ""
     node.save(update_fields=["missed_polls", "answered_polls", "reachable", "last_heartbeat", "last_poll_error"])
+    if rejoined:
+        _record_node(node, now, "the agent answers again")
 
 
 def _apply_devices(
@@ -341,7 +347,9 @@ def _apply_devices(
     for entry in (result.devices or {}).get("devices", []):
         if isinstance(entry, dict) and isinstance(entry.get("index"), int):
             reports[entry["index"]] = entry
+    changed: list[Device] = []
     for device in Device.objects.select_for_update().filter(node=node).order_by("index"):
+        device.node = node
         report = reports.get(device.index)
         verdict = hm.classify(report, known_ecc=device.ecc_errors, first_reading=device.last_seen is None, t=t)
         if report is not None:
@@ -391,6 +399,7 @@ def _apply_devices(
             )
             if step.health == hm.FAILED:
                 summary.failed_devices.append(device.pk)
+            changed.append(device)
         if device.health != hm.FAILED:
             continue
         # Level-triggered: a job that landed on a failed device by a race is evicted at the next poll too.
@@ -408,6 +417,16 @@ def _apply_devices(
                 summary,
                 actions,
             )
+    # Each card's health change is in its own event's cause (the derived one carries the detail).
+    inventory.record(changed, at=result.fetched_at)
+
+
+def _record_node(node: Node, at: datetime, cause: str) -> None:
+    """The inventory history of every card of ``node``, after its reachability changed."""
+    devices = list(Device.objects.filter(node=node))
+    for device in devices:
+        device.node = node
+    inventory.record(devices, at=at, cause=cause)
 
 
 def _number(value: Any) -> float | None:

@@ -28,6 +28,7 @@ _DESCRIPTIONS = {
     409: "The object's current state does not allow this (a job already ended, a newer policy version)",
     413: "The request body is larger than the server takes (`field` is `body`; NPUPORTAL_MAX_REQUEST_BYTES)",
     501: "Not available on this server",
+    502: "A service the portal called (a node's agent) did not give the answer it needed",
 }
 
 

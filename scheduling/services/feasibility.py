@@ -10,12 +10,17 @@ from scheduling.engine.snapshot import VnpuTemplate as TemplateState
 
 
 def inventory() -> tuple[list[NodeState], dict[tuple[str, str], TemplateState]]:
-    """Every device that exists by node (one query), and the vNPU templates by (chip, name) (one more)."""
+    """Every device in the inventory (removed nodes left out) by node (one query), and the vNPU templates.
+
+    Templates by (chip, name), one more query.
+    """
     nodes: dict[int, NodeState] = {}
-    for pk, node_id, node_name, index, chip, group, hbm, cores, cpus in Device.objects.order_by(
-        "node__name", "index"
-    ).values_list(
-        "id", "node_id", "node__name", "index", "chip_model", "topology_group", "hbm_mb", "ai_cores", "ai_cpus"
+    for pk, node_id, node_name, index, chip, group, hbm, cores, cpus in (
+        Device.objects.filter(node__removed_at__isnull=True)
+        .order_by("node__name", "index")
+        .values_list(
+            "id", "node_id", "node__name", "index", "chip_model", "topology_group", "hbm_mb", "ai_cores", "ai_cpus"
+        )
     ):
         node = nodes.get(node_id)
         if node is None:

@@ -17,7 +17,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from devices.models import Device, VnpuTemplate
+from devices.models import Device, Node, VnpuTemplate
 from devices.services.draining import mark_drained
 from npuportal import row_reads
 from npuportal.limits import in_words
@@ -192,7 +192,14 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
     # the list of known chips is read only to word the error.
     size = _device_count(chip) if chip or not spec.vnpu_template else None
     if chip and not size:
-        chips = sorted(set(Device.objects.order_by().values_list("chip_model", flat=True).distinct()))
+        chips = sorted(
+            set(
+                Device.objects.filter(node__removed_at__isnull=True)
+                .order_by()
+                .values_list("chip_model", flat=True)
+                .distinct()
+            )
+        )
         raise SubmissionError("chip_model", f"no device of model {chip!r} in the cluster; known: {', '.join(chips)}")
     template = None
     if spec.vnpu_template:
@@ -239,17 +246,21 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
 
 
 def _device_count(chip: str) -> int:
-    """Cards in the cluster, of ``chip`` when given (one indexed count).
+    """Cards in the inventory, of ``chip`` when given (one indexed count; removed nodes left out).
 
     Every submission asks, so it is written as SQL: the ORM spends several times
     longer compiling this count than the database takes to answer it.
     """
-    meta = Device._meta
+    meta, node_meta = Device._meta, Node._meta
     quote = connection.ops.quote_name
-    sql = f"SELECT COUNT(*) FROM {quote(meta.db_table)}"
+    sql = (
+        f"SELECT COUNT(*) FROM {quote(meta.db_table)} d JOIN {quote(node_meta.db_table)} n "
+        f"ON n.{quote(node_meta.pk.column)} = d.{quote(meta.get_field('node').column)} "
+        f"WHERE n.{quote(node_meta.get_field('removed_at').column)} IS NULL"
+    )
     params: list[str] = []
     if chip:
-        sql += f" WHERE {quote(meta.get_field('chip_model').column)} = %s"
+        sql += f" AND d.{quote(meta.get_field('chip_model').column)} = %s"
         params.append(chip)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -86,7 +86,8 @@ def month_start(now: datetime, tz: str) -> datetime:
 def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]:
     state = LoadedState()
     nodes_by_id: dict[int, NodeState] = {}
-    node_rows = list(Node.objects.values_list("id", "name", "state", "reachable"))
+    # A removed node (``removed_at``) has left the inventory: its rows stay for the history, unscheduled.
+    node_rows = list(Node.objects.filter(removed_at__isnull=True).values_list("id", "name", "state", "reachable"))
     for node_id, name, node_state, reachable in node_rows:
         nodes_by_id[node_id] = NodeState(
             name=name,
@@ -96,7 +97,8 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
         )
     usable_health = Device.USABLE_HEALTH
     device_rows = raw_rows(
-        Device.objects.values_list(
+        Device.objects.filter(node__removed_at__isnull=True)
+        .values_list(
             "id",
             "node_id",
             "index",
@@ -107,7 +109,8 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "ai_cpus",
             "health",
             "schedulable",
-        ).order_by("node_id", "index")
+        )
+        .order_by("node_id", "index")
     )
     for row in device_rows:
         dev_id, node_id, index, chip, group, hbm, cores, cpus, health, schedulable = row

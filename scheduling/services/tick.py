@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from devices.services import inventory
 from devices.services.draining import mark_drained
 from quotas.services import active_policy
 from scheduling.engine.decide import decide
@@ -104,6 +105,9 @@ def _run_tick(now: datetime | None) -> TickResult:
         _persist(snapshot, loaded, decisions, active.version, result, keep_estimates=keep)
         # After the evictions, and as a sweep for any path that closed a draining node's last allocation.
         mark_drained()
+        # A backstop for the inventory history: a path that changed a card's status without
+        # recording it is caught within one tick (one query when nothing changed).
+        inventory.sweep(at=now)
         t3 = time.perf_counter()
         result.load_ms = (t1 - t0) * 1000
         result.decide_ms = (t2 - t1) * 1000

@@ -1,0 +1,323 @@
+"""Nodes join and leave the inventory as a site does it: ``manage.py nodes``, ``POST``/``DELETE /api/v1/nodes/``.
+
+* **add** asks the node's agent for its devices (``GET /v1/devices``) *before* anything is written,
+  so an agent that does not answer, a token it refuses or an answer without a device list changes
+  nothing; then, in one transaction, the node and its cards are created with a ``usable`` inventory
+  event each (cause ``joined``). A name held by an active node is refused. The name of a *removed*
+  node reactivates it: same rows (its past allocations keep pointing at them), new agent address,
+  and a new event per card, so its history shows the gap.
+* **remove** is refused while jobs run on the node (it names them). With ``drain`` the node is
+  drained instead, and removing it again once it is ``drained`` succeeds; with nothing running it is
+  removed at once. A removed node keeps its rows (``Node.removed_at`` is set, each card gets a
+  ``removed`` event): it is no longer scheduled, polled, shown on /cluster/ or listed by the API.
+
+Errors are :class:`RegistrationError` with a ``kind`` the command and the API map to an exit code
+or an HTTP status, and the request ``field`` at fault when there is one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from devices.models import Device, Node, VnpuTemplate
+from devices.services import inventory
+from devices.services.agent_client import AgentAddress, AgentClient, AgentError
+from devices.services.operations import drain_node
+from quotas.models import AuditEvent
+from scheduling.models import Job
+
+#: What a node may be called: what the API's ``/nodes/{name}/`` route accepts.
+NAME = re.compile(r"[-a-zA-Z0-9_.]{1,100}")
+#: Published AI cores and AI CPUs per chip, for agents that report only the chip model (npu-smi does).
+CHIP_FIGURES: dict[str, tuple[int, int]] = {
+    "910A": (32, 14),
+    "910PremiumA": (32, 14),
+    "910B1": (25, 6),
+    "910B2": (24, 6),
+    "910B3": (20, 7),
+    "910B4": (20, 7),
+    "Ascend910": (24, 6),
+    "310P3": (8, 8),
+    "310": (2, 8),
+}
+
+
+class RegistrationError(Exception):
+    """A refused add or remove. ``kind``: ``invalid``, ``duplicate``, ``unreachable``, ``refused``
+    (the agent refused the token), ``busy`` (jobs run there) or ``missing`` (no such node)."""
+
+    def __init__(self, message: str, *, kind: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ReportedDevice:
+    index: int
+    chip_model: str
+    hbm_mb: int
+    ai_cores: int
+    ai_cpus: int
+    topology_group: str
+
+
+@dataclass(frozen=True)
+class Registration:
+    node: Node
+    #: The name belonged to a removed node, which is back.
+    reactivated: bool
+    devices: int
+
+
+@dataclass(frozen=True)
+class Removal:
+    node: Node
+    #: False: jobs still run there and the node was drained instead (``drain=True``).
+    removed: bool
+    running: list[tuple[int, str]] = field(default_factory=list)
+
+
+def validate(name: str, agent_url: str, token: str) -> None:
+    """Refuse a bad name, URL or token with the field named, before any agent is asked."""
+    if not NAME.fullmatch(name or ""):
+        raise RegistrationError(
+            f"{name!r} is not a node name (1-100 letters, digits, '-', '_' or '.')", kind="invalid", field="name"
+        )
+    parts = urlsplit(agent_url or "")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RegistrationError(
+            f"{agent_url!r} is not an agent URL (http or https, and a host: http://10.0.0.5:8471)",
+            kind="invalid",
+            field="agent_url",
+        )
+    if len(agent_url) > 200:
+        raise RegistrationError("longer than 200 characters", kind="invalid", field="agent_url")
+    if not token or not token.strip() or len(token) > 200 or any(c.isspace() for c in token.strip()):
+        raise RegistrationError(
+            "must be the agent's token (1-200 characters, no spaces)", kind="invalid", field="token"
+        )
+
+
+def _check_free(name: str) -> Node | None:
+    """The removed node of that name, if any; refuses a name an active node holds."""
+    node = Node.objects.filter(name=name).first()
+    if node is not None and node.removed_at is None:
+        raise RegistrationError(f"a node named {name} is already in the inventory", kind="duplicate", field="name")
+    return node
+
+
+def _topology_group(entry: dict[str, Any], kind: str) -> str:
+    group = entry.get("topology_group")
+    if isinstance(group, str):
+        return group[:50]
+    if isinstance(group, int) and not isinstance(group, bool):
+        return f"ring{group}" if kind == "ring" else f"hccs{group}"
+    return ""
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def ask_agent(name: str, agent_url: str, token: str) -> tuple[list[ReportedDevice], list[dict[str, Any]]]:
+    """The devices (and vNPU templates, when the agent reports any) the agent at ``agent_url`` serves.
+
+    No database access: called before the transaction, so nothing is held during the call.
+    """
+    client = AgentClient(AgentAddress(0, name, agent_url, token.strip()))
+    try:
+        body = client.devices()
+    except AgentError as exc:
+        if exc.status in (401, 403):
+            raise RegistrationError(
+                f"the agent at {agent_url} refused the token (HTTP {exc.status}); "
+                "give the token in the agent's --token-file",
+                kind="refused",
+                field="token",
+            ) from exc
+        raise RegistrationError(
+            f"cannot read the devices of the agent at {agent_url}: {exc}", kind="unreachable", field="agent_url"
+        ) from exc
+    if body.get("error"):
+        raise RegistrationError(
+            f"the agent at {agent_url} could not read its devices: {body['error']}",
+            kind="unreachable",
+            field="agent_url",
+        )
+    kind = str((body.get("topology") or {}).get("kind", "")) if isinstance(body.get("topology"), dict) else ""
+    found: dict[int, ReportedDevice] = {}
+    for entry in body["devices"]:
+        index = _whole(entry.get("index")) if isinstance(entry, dict) else None
+        chip = entry.get("chip_model") if isinstance(entry, dict) else None
+        if index is None or not isinstance(chip, str) or not chip.strip():
+            raise RegistrationError(
+                f"the agent at {agent_url} reports a device without an index or chip model: {entry!r}"[:300],
+                kind="unreachable",
+                field="agent_url",
+            )
+        chip = chip.strip()[:50]
+        cores, cpus = CHIP_FIGURES.get(chip, (0, 0))
+        found[index] = ReportedDevice(
+            index=index,
+            chip_model=chip,
+            hbm_mb=_whole(entry.get("hbm_total_mb")) or 0,
+            ai_cores=_whole(entry.get("ai_cores")) or cores,
+            ai_cpus=_whole(entry.get("ai_cpus")) or cpus,
+            topology_group=_topology_group(entry, kind),
+        )
+    if not found:
+        raise RegistrationError(f"the agent at {agent_url} reports no devices", kind="unreachable", field="agent_url")
+    templates = [t for t in body.get("vnpu_templates") or [] if isinstance(t, dict)]
+    return [found[i] for i in sorted(found)], templates
+
+
+def register_node(
+    name: str,
+    agent_url: str,
+    token: str,
+    *,
+    actor: AbstractBaseUser | None,
+    labels: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> Registration:
+    """Ask the agent for its devices, then add the node with them (see the module docstring)."""
+    name, agent_url, token = (name or "").strip(), (agent_url or "").strip(), (token or "").strip()
+    validate(name, agent_url, token)
+    _check_free(name)  # before the agent is asked: a duplicate is refused without a network call
+    reported, templates = ask_agent(name, agent_url, token)
+    return _store(name, agent_url, token, reported, templates, actor=actor, labels=labels, at=at)
+
+
+@transaction.atomic
+def _store(
+    name: str,
+    agent_url: str,
+    token: str,
+    reported: list[ReportedDevice],
+    templates: list[dict[str, Any]],
+    *,
+    actor: AbstractBaseUser | None,
+    labels: dict[str, Any] | None,
+    at: datetime | None,
+) -> Registration:
+    at = at or timezone.now()
+    old = _check_free(name)  # again, inside the transaction: another add may have won meanwhile
+    if old is None:
+        node = Node.objects.create(name=name, agent_url=agent_url, agent_token=token, labels=labels or {})
+        Node.objects.filter(pk=node.pk).update(created=at)
+        node.created = at
+    else:
+        node = Node.objects.select_for_update().get(pk=old.pk)
+        node.agent_url, node.agent_token = agent_url, token
+        node.removed_at = None
+        node.state, node.reachable = Node.State.READY, True
+        node.missed_polls = node.answered_polls = 0
+        node.last_poll_error = ""
+        if labels is not None:
+            node.labels = labels
+        node.save()
+    existing = {d.index: d for d in Device.objects.filter(node=node)}
+    for item in reported:
+        values = {
+            "chip_model": item.chip_model,
+            "hbm_mb": item.hbm_mb,
+            "ai_cores": item.ai_cores,
+            "ai_cpus": item.ai_cpus,
+            "topology_group": item.topology_group,
+        }
+        device = existing.get(item.index)
+        if device is None:
+            existing[item.index] = Device.objects.create(node=node, index=item.index, **values)
+        else:
+            for key, value in values.items():
+                setattr(device, key, value)
+            # Readings start over: the poll judges the card afresh.
+            device.health, device.health_detail, device.healthy_streak = Device.Health.HEALTHY, "", 0
+            device.schedulable = True
+            device.save()
+    reported_indices = {item.index for item in reported}
+    for index, device in existing.items():
+        if index not in reported_indices:  # a card the agent no longer has: kept, never scheduled
+            device.schedulable = False
+            device.save(update_fields=["schedulable"])
+    for t in templates:
+        chip, tname = t.get("chip_model") or reported[0].chip_model, t.get("name")
+        memory, cores = _whole(t.get("memory_mb")), _whole(t.get("ai_cores"))
+        if isinstance(tname, str) and tname and isinstance(chip, str) and memory and cores:
+            VnpuTemplate.objects.get_or_create(
+                chip_model=chip[:50],
+                name=tname[:50],
+                defaults={"memory_mb": memory, "ai_cores": cores, "ai_cpus": _whole(t.get("ai_cpus")) or 0},
+            )
+    devices = list(existing.values())
+    for device in devices:
+        device.node = node
+    verb = "rejoined" if old is not None else "joined"
+    inventory.record(devices, at=at, cause=f"{verb}: registered from {agent_url}")
+    AuditEvent.objects.create(
+        actor=actor,
+        action="node.add",
+        target=name,
+        detail=f"{verb} with {len(reported)} device(s) ({', '.join(sorted({r.chip_model for r in reported}))}) "
+        f"from {agent_url}",
+    )
+    return Registration(node=node, reactivated=old is not None, devices=len(reported))
+
+
+def running_jobs(node: Node) -> list[tuple[int, str]]:
+    """``(id, name)`` of the jobs running on ``node`` now."""
+    return list(
+        Job.objects.filter(state=Job.State.RUNNING, allocations__device__node=node, allocations__end__isnull=True)
+        .values_list("pk", "name")
+        .distinct()
+        .order_by("pk")
+    )
+
+
+def describe_jobs(jobs: list[tuple[int, str]]) -> str:
+    shown = ", ".join(f"{pk} ({name})" for pk, name in jobs[:10])
+    return shown + (f" and {len(jobs) - 10} more" if len(jobs) > 10 else "")
+
+
+@transaction.atomic
+def remove_node(name: str, *, actor: AbstractBaseUser | None, drain: bool = False, reason: str = "") -> Removal:
+    """Take node ``name`` out of the inventory, or (``drain``, jobs running) drain it for a later remove."""
+    node = Node.objects.select_for_update().filter(name=name).first()
+    if node is None or node.removed_at is not None:
+        when = f" (removed {node.removed_at:%Y-%m-%d %H:%M %Z})" if node is not None and node.removed_at else ""
+        raise RegistrationError(f"no node named {name!r} in the inventory{when}", kind="missing")
+    jobs = running_jobs(node)
+    reason = reason.strip()[:200]
+    if jobs:
+        if not drain:
+            raise RegistrationError(
+                f"node {name} runs {len(jobs)} job(s): {describe_jobs(jobs)}; "
+                "drain it first (--drain, or ?drain=true in the API) and remove it once it is drained",
+                kind="busy",
+            )
+        drain_node(name, actor=actor, reason=reason or "to be removed")
+        node.refresh_from_db()
+        return Removal(node=node, removed=False, running=jobs)
+    now = timezone.now()
+    node.removed_at = now
+    node.save(update_fields=["removed_at"])
+    devices = list(node.devices.all())
+    for device in devices:
+        device.node = node
+    inventory.record(devices, at=now, cause=f"removed: {reason}" if reason else "removed")
+    AuditEvent.objects.create(
+        actor=actor,
+        action="node.remove",
+        target=name,
+        detail=f"left the inventory with {len(devices)} device(s)" + (f": {reason}" if reason else ""),
+    )
+    return Removal(node=node, removed=True)
