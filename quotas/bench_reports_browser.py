@@ -69,8 +69,11 @@ def _logins(var: Path) -> dict[str, str]:
     return {u: p for u, p in pairs}
 
 
-def measure(base: str, logins: dict[str, str], users: list[str], runs: int) -> list[tuple[str, str, float, float, int]]:
-    """(user, page, median ms with an empty cache, median ms reloaded, Plotly SVG layers) per user and page."""
+def measure(
+    base: str, logins: dict[str, str], users: list[str], runs: int
+) -> list[tuple[str, str, float, float, float, int]]:
+    """(user, page, median ms with an empty cache, median ms reloaded, median ms until
+    the page's HTML had arrived, Plotly SVG layers) per user and page."""
     from playwright.sync_api import sync_playwright
 
     previous = _previous_month()
@@ -89,7 +92,7 @@ def measure(base: str, logins: dict[str, str], users: list[str], runs: int) -> l
             context.close()
             for path in PAGES:
                 path = path.format(previous=previous)
-                cold, warm = [], []
+                cold, warm, html = [], [], []
                 # A fresh context per run: an empty cache, as on a first visit (then one warm reload).
                 for _ in range(runs):
                     context = browser.new_context(
@@ -102,11 +105,14 @@ def measure(base: str, logins: dict[str, str], users: list[str], runs: int) -> l
                         page.goto(path, wait_until="commit")
                         page.wait_for_function(DRAWN, timeout=30_000, polling="raf")
                         times.append(float(page.evaluate("performance.now()")))
+                    html.append(float(page.evaluate("performance.getEntriesByType('navigation')[0].responseEnd")))
                     charts = page.locator(".main-svg").count()
                     context.close()
                     if errors:
                         raise SystemExit(f"{path}: script error {errors[0]}")
-                results.append((user, path, statistics.median(cold), statistics.median(warm), charts))
+                results.append(
+                    (user, path, statistics.median(cold), statistics.median(warm), statistics.median(html), charts)
+                )
         browser.close()
     return results
 
@@ -152,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 web.terminate()
                 web.wait(10)
-    print(f"{'user':<16} {'page':<28} {'cold ms':>8} {'warm ms':>8} {'svg layers':>10}")
-    for user, path, cold, warm, charts in rows:
-        print(f"{user:<16} {path:<28} {cold:>8.0f} {warm:>8.0f} {charts:>10}")
+    print(f"{'user':<16} {'page':<28} {'cold ms':>8} {'warm ms':>8} {'html ms':>8} {'svg layers':>10}")
+    for user, path, cold, warm, html, charts in rows:
+        print(f"{user:<16} {path:<28} {cold:>8.0f} {warm:>8.0f} {html:>8.0f} {charts:>10}")
     return 0
 
 
