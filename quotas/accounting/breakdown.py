@@ -24,8 +24,8 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
-from django.db.models import DateTimeField, Exists, F, OuterRef, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce, Greatest, Least
+from django.db.models import Case, DateTimeField, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import Cast, Coalesce, Greatest, Least
 
 from quotas.accounting.rates import (
     CENT,
@@ -140,13 +140,15 @@ _ALLOCATION_FIELDS = (
 )
 
 
-def _grouped(queryset: QuerySet, fields: tuple[str, ...], held: object) -> dict[_Key, Decimal]:
+def _grouped(queryset: QuerySet, fields: tuple[str, ...], held: object, *, by_job: bool) -> dict[_Key, Decimal]:
+    """Grouped sums of ``held``; without ``by_job`` jobs are not told apart (job 0), far fewer rows."""
     found: dict[_Key, Decimal] = {}
-    for row in queryset.values(*fields).annotate(held=Sum(held)).order_by():
+    names = [f for i, f in enumerate(fields) if by_job or i != 2]
+    for row in queryset.values(*names).annotate(held=Sum(held)).order_by():
         key = _Key(
             team_id=row[fields[0]],
             user_id=row[fields[1]] or 0,
-            job_id=row[fields[2]] or 0,
+            job_id=(row[fields[2]] or 0) if by_job else 0,
             chip_model=row[fields[3]] or "",
             vnpu_template=row[fields[4]] or "",
             priority_class=row[fields[5]] or "",
@@ -157,12 +159,20 @@ def _grouped(queryset: QuerySet, fields: tuple[str, ...], held: object) -> dict[
 
 
 def usage_by_job(
-    month_label: str, start: datetime, end: datetime, *, live: bool, team_ids: list[int] | None
+    month_label: str,
+    start: datetime,
+    end: datetime,
+    *,
+    live: bool,
+    team_ids: list[int] | None,
+    by_job: bool = True,
+    job_ids: list[int] | None = None,
 ) -> dict[_Key, Decimal]:
     """Seconds held in ``[start, end)`` per team, user, job, chip, template, class and card share.
 
     The same sources as :func:`quotas.accounting.records.usage_seconds` (records,
     and with ``live`` what is not recorded yet), one more level of grouping.
+    ``job_ids`` keeps only those jobs.
     """
     if end <= start:
         return {}
@@ -170,7 +180,9 @@ def usage_by_job(
     records = UsageRecord.objects.filter(month=month_label, start__lt=end, end__gt=start)
     if team_ids is not None:
         records = records.filter(team_id__in=team_ids)
-    found = _grouped(records, _RECORD_FIELDS, Least(F("end"), hi) - Greatest(F("start"), lo))
+    if job_ids is not None:
+        records = records.filter(job_id__in=job_ids)
+    found = _grouped(records, _RECORD_FIELDS, Least(F("end"), hi) - Greatest(F("start"), lo), by_job=by_job)
     if live:
         recorded = UsageRecord.objects.filter(allocation_id=OuterRef("pk"), month=month_label)
         allocations = (
@@ -180,8 +192,11 @@ def usage_by_job(
         )
         if team_ids is not None:
             allocations = allocations.filter(job__team_id__in=team_ids)
+        if job_ids is not None:
+            allocations = allocations.filter(job_id__in=job_ids)
         open_end = Least(Coalesce(F("end"), hi, output_field=DateTimeField()), hi)
-        for key, seconds in _grouped(allocations, _ALLOCATION_FIELDS, open_end - Greatest(F("start"), lo)).items():
+        held = open_end - Greatest(F("start"), lo)
+        for key, seconds in _grouped(allocations, _ALLOCATION_FIELDS, held, by_job=by_job).items():
             found[key] = found.get(key, ZERO) + seconds
     return {k: v for k, v in found.items() if v > 0}
 
@@ -191,8 +206,20 @@ def _rate(period: PricingPeriod, chip: str, template: str) -> Decimal:
     return ZERO if price is None else price
 
 
-def month_breakdown(bill: MonthBill, *, closed: bool, team_ids: list[int] | None) -> Breakdown:
-    """The month of ``bill`` cut into pieces per team, user and job (see the module's docstring)."""
+def month_breakdown(
+    bill: MonthBill,
+    *,
+    closed: bool,
+    team_ids: list[int] | None,
+    by_job: bool = True,
+    job_ids: list[int] | None = None,
+) -> Breakdown:
+    """The month of ``bill`` cut into pieces per team, user and job (see the module's docstring).
+
+    ``by_job=False`` stops at users (one row per user and price instead of one per job: what the
+    reports page needs, cheap at a million records). ``job_ids`` prices only those jobs, each
+    line then split among them alone (the page's top jobs); no other charges are added then.
+    """
     month = bill.month
     tz = zone(bill.timezone)
     team_names = dict(Team.objects.values_list("id", "name"))
@@ -203,7 +230,7 @@ def month_breakdown(bill: MonthBill, *, closed: bool, team_ids: list[int] | None
     for period in pricing_periods(month.start, bill.until, tz):
         card_id = period.card.pk if period.card is not None else 0
         for key, seconds in usage_by_job(
-            month.label, period.start, period.end, live=not closed, team_ids=team_ids
+            month.label, period.start, period.end, live=not closed, team_ids=team_ids, by_job=by_job, job_ids=job_ids
         ).items():
             line = (
                 key.team_id,
@@ -252,8 +279,81 @@ def month_breakdown(bill: MonthBill, *, closed: bool, team_ids: list[int] | None
     result.pieces = sorted(
         merged.values(), key=lambda p: (p.team, p.user, p.chip_model, p.vnpu_template, p.priority_class, p.job_id or 0)
     )
-    result.pieces += _other_charges(bill, closed=closed, team_ids=team_ids, team_names=team_names)
+    if job_ids is None:
+        result.pieces += _other_charges(bill, closed=closed, team_ids=team_ids, team_names=team_names)
     return result
+
+
+def _estimate(period: PricingPeriod, chip: str, template: str, cls: str) -> Case:
+    """Price × multiplier of each row as a float, by the database: good enough to rank jobs."""
+    by_template = [When(Q(**{chip: c, template: t}), then=Value(float(p))) for (c, t), p in period.prices.items() if t]
+    by_chip = [When(Q(**{chip: c}), then=Value(float(p))) for (c, t), p in period.prices.items() if not t]
+    price = Case(*by_template, *by_chip, default=Value(0.0), output_field=FloatField())
+    factor = Case(
+        *(When(Q(**{cls: k}), then=Value(float(m))) for k, m in period.multipliers.items()),
+        default=Value(1.0),
+        output_field=FloatField(),
+    )
+    return price * factor  # type: ignore[return-value]
+
+
+def top_jobs(
+    bill: MonthBill, *, closed: bool, team_ids: list[int] | None, n: int = TOP_JOBS
+) -> list[dict[str, object]]:
+    """The ``n`` costliest jobs of the month, without pricing every job.
+
+    The database ranks jobs by an estimate (float device-seconds × the chip's price × the class's
+    multiplier, summed per job, ``ORDER BY … LIMIT``); the candidates (``3 n`` from each rate-card
+    period and source) are then priced exactly by :func:`month_breakdown`, each statement line
+    split among the candidates alone. So a job's amount is its own share to the cent, and can
+    differ by a cent from the per-job CSV, which splits whole lines among all jobs.
+    """
+    from quotas.accounting.records import EpochDiff
+
+    month = bill.month
+    candidates: set[int] = set()
+    share = Cast(F("device_share"), FloatField())
+    for period in pricing_periods(month.start, bill.until, zone(bill.timezone)):
+        lo, hi = as_datetime(period.start), as_datetime(period.end)
+        records = UsageRecord.objects.filter(month=month.label, start__lt=period.end, end__gt=period.start)
+        if team_ids is not None:
+            records = records.filter(team_id__in=team_ids)
+        records = records.annotate(
+            est=EpochDiff(Least(F("end"), hi), Greatest(F("start"), lo))
+            * share
+            * _estimate(period, "chip_model", "vnpu_template", "priority_class")
+        )
+        sources = [records]
+        if not closed:
+            recorded = UsageRecord.objects.filter(allocation_id=OuterRef("pk"), month=month.label)
+            live = (
+                Allocation.objects.filter(start__lt=period.end)
+                .filter(Q(end__isnull=True) | Q(end__gt=period.start))
+                .filter(~Exists(recorded))
+            )
+            if team_ids is not None:
+                live = live.filter(job__team_id__in=team_ids)
+            live_end = Least(Coalesce(F("end"), hi, output_field=DateTimeField()), hi)
+            sources.append(
+                live.annotate(
+                    est=EpochDiff(live_end, Greatest(F("start"), lo))
+                    * share
+                    * _estimate(period, "device__chip_model", "vnpu_template__name", "job__priority_class")
+                )
+            )
+        for queryset in sources:
+            ranked = (
+                queryset.filter(job_id__isnull=False)
+                .values("job_id")
+                .annotate(total=Sum("est"))
+                .order_by("-total", "-job_id")
+                .values_list("job_id", flat=True)
+            )
+            candidates.update(ranked[: 3 * n])
+    if not candidates:
+        return []
+    exact = month_breakdown(bill, closed=closed, team_ids=team_ids, job_ids=sorted(candidates))
+    return exact.per_job()[:n]
 
 
 def _other_charges(
