@@ -158,3 +158,22 @@ def test_a_member_gets_403_and_finance_everything(march, client) -> None:
 def test_anonymous_is_sent_to_sign_in(march, client) -> None:
     response = client.get("/reports/2025-03/jobs.csv")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_idle_on_the_cluster_statement_is_in_the_table_and_the_csv(client) -> None:
+    from tests.test_chargeback_harness import build_world
+
+    w = build_world(idle_mode="separate")
+    w.job("alpha", "normal", w.b4[:1], at("2025-03-02 00:00"), at("2025-03-02 10:00"))  # ¥120
+    w.job("alpha", "normal", w.b4[1:2], at("2025-03-03 00:00"), at("2025-03-03 05:00"))  # ¥60, same user
+    close_month("2025-03")
+    data = report_data("2025-03")
+    assert data["users"][0]["jobs"] == 2 and data["users"][0]["amount"] == "180.00"
+    cluster = data["table"][-1]
+    assert cluster["team"] == "@cluster"
+    assert cluster["cost"] == str(Statement.objects.get(team__isnull=True, month="2025-03").total)
+    client.force_login(_finance())
+    rows = _rows(client.get("/reports/2025-03/all-teams.csv"))
+    assert {r["kind"] for r in rows if r["team"] == "@cluster"} == {"idle"}
+    assert all(r["user"] == "" for r in rows if r["kind"] != "usage")
+    assert sum(Decimal(r["amount"]) for r in rows) == sum(s.total for s in Statement.objects.filter(month="2025-03"))

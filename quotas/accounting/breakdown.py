@@ -24,7 +24,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
-from django.db.models import Case, DateTimeField, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, DateTimeField, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Cast, Coalesce, Greatest, Least
 
 from quotas.accounting.rates import (
@@ -76,17 +76,22 @@ class Breakdown:
     def usage(self) -> list[Piece]:
         return [p for p in self.pieces if p.kind == StatementLine.Kind.USAGE]
 
-    def per_user(self) -> list[dict[str, object]]:
-        """Usage per team and user, largest amount first within each team."""
+    def per_user(self, job_counts: dict[tuple[str, str], int] | None = None) -> list[dict[str, object]]:
+        """Usage per team and user, largest amount first within each team.
+
+        ``jobs`` counts the jobs of job-level pieces, or comes from ``job_counts`` ((team, user) → jobs).
+        """
         sums: dict[tuple[str, str], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
-        jobs: dict[tuple[str, str], set[int | None]] = defaultdict(set)
+        jobs: dict[tuple[str, str], set[int]] = defaultdict(set)
         for p in self.usage():
             entry = sums[(p.team, p.user)]
             entry[0] += p.device_hours
             entry[1] += p.amount
-            jobs[(p.team, p.user)].add(p.job_id)
+            if p.job_id is not None:
+                jobs[(p.team, p.user)].add(p.job_id)
+        counts = job_counts or {}
         rows = [
-            {"team": t, "user": u, "device_hours": h, "amount": a, "jobs": len(jobs[(t, u)])}
+            {"team": t, "user": u, "device_hours": h, "amount": a, "jobs": counts.get((t, u), len(jobs[(t, u)]))}
             for (t, u), (h, a) in sums.items()
         ]
         return sorted(rows, key=lambda r: (r["team"], -r["amount"], r["user"]))  # type: ignore[operator]
@@ -243,9 +248,9 @@ def month_breakdown(
             )
             lines[line][(key.user_id, key.job_id)] += seconds * key.device_share
     user_ids = {u for parts in lines.values() for u, _ in parts}
-    job_ids = {j for parts in lines.values() for _, j in parts}
+    found_jobs = {j for parts in lines.values() for _, j in parts}
     users = dict(get_user_model().objects.filter(pk__in=user_ids).values_list("id", "username"))
-    jobs = dict(Job.objects.filter(pk__in=job_ids).values_list("id", "name"))
+    jobs = dict(Job.objects.filter(pk__in=found_jobs).values_list("id", "name"))
     result = Breakdown()
     merged: dict[tuple[object, ...], Piece] = {}
     for (team_id, chip, template, cls, rate, multiplier, _card), parts in sorted(lines.items(), key=str):
@@ -282,6 +287,19 @@ def month_breakdown(
     if job_ids is None:
         result.pieces += _other_charges(bill, closed=closed, team_ids=team_ids, team_names=team_names)
     return result
+
+
+def job_counts(bill: MonthBill, team_ids: list[int] | None) -> dict[tuple[str, str], int]:
+    """(team, user) → jobs that held a device in the month's counted window (one grouped query)."""
+    month = bill.month
+    held = Allocation.objects.filter(job_id=OuterRef("pk"), start__lt=bill.until).filter(
+        Q(end__isnull=True) | Q(end__gt=month.start)
+    )
+    jobs = Job.objects.filter(Exists(held))
+    if team_ids is not None:
+        jobs = jobs.filter(team_id__in=team_ids)
+    rows = jobs.values("team__name", "submitter__username").annotate(n=Count("id")).order_by()
+    return {(r["team__name"], r["submitter__username"] or ""): r["n"] for r in rows}
 
 
 def _estimate(period: PricingPeriod, chip: str, template: str, cls: str) -> Case:

@@ -31,7 +31,7 @@ from django.db import connection
 from django.db.models import Aggregate, Case, Count, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, When, Window
 from django.db.models.functions import Cast, Coalesce, Greatest, Least, RowNumber
 
-from quotas.accounting.breakdown import TOP_JOBS, Breakdown, month_breakdown, top_jobs
+from quotas.accounting.breakdown import TOP_JOBS, Breakdown, job_counts, month_breakdown, top_jobs
 from quotas.accounting.rates import SECONDS_PER_HOUR, ZERO
 from quotas.accounting.records import EpochDiff, as_datetime
 from quotas.accounting.statements import MonthBill, compute_month, is_closed
@@ -304,7 +304,7 @@ def report_data(label: str | None, *, now: datetime | None = None, teams: list[T
     shown = list(Team.objects.order_by("name")) if teams is None else teams
     tz = zone(bill.timezone)
     breakdown = month_breakdown(bill, closed=closed, team_ids=team_ids, by_job=False)
-    users = breakdown.per_user()
+    users = breakdown.per_user(job_counts(bill, team_ids))
     jobs = top_jobs(bill, closed=closed, team_ids=team_ids, n=TOP_JOBS)
     return {
         "month": month.label,
