@@ -7,7 +7,6 @@ Celery over the filesystem transport under ``var/``. ``DATABASE_URL`` and
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 import os
@@ -213,13 +212,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# plotly.js ships inside the plotly package: served from our own static files, never a CDN.
-# (found without importing plotly, which is slow to import and not needed to serve a file)
-_plotly_spec = importlib.util.find_spec("plotly")
-_plotly_dir = Path(next(iter(_plotly_spec.submodule_search_locations))) if _plotly_spec else None
+# plotly.js (a partial bundle) is vendored in static/vendor/plotly/: served from our own static files,
+# never a CDN, gzip- and brotli-compressed by WhiteNoise's storage at collectstatic.
 STATICFILES_DIRS = [BASE_DIR / "static"]
-if _plotly_dir is not None:
-    STATICFILES_DIRS.append(("plotly", _plotly_dir / "package_data"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -22,8 +22,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
+from quotas.accounting.exports import jobs_csv as jobs_csv_text
+from quotas.accounting.exports import month_csv as month_csv_text
 from quotas.accounting.exports import render_pdf, statement_context, to_csv
-from quotas.accounting.reports import report_data
+from quotas.accounting.reports import month_pieces, report_data
 from quotas.accounting.statements import CLUSTER, statement_for
 from quotas.models import AuditEvent, ClassMultiplier, Membership, Rate, RateCard, Statement, Team
 from quotas.roles import FINANCE_GROUP
@@ -105,6 +107,7 @@ def reports_index(request: HttpRequest) -> HttpResponse:
     except UsageError as exc:
         return render(request, "reports/forbidden.html", {"message": str(exc), "title": "Bad month"}, status=400)
     before, after = _neighbours(data["month"])
+    until = datetime.fromisoformat(data["window"][1])
     statements = Statement.objects.filter(month=data["month"], closed_at__isnull=False).select_related("team")
     if teams is not None:
         statements = statements.filter(team__in=teams)
@@ -117,6 +120,7 @@ def reports_index(request: HttpRequest) -> HttpResponse:
         "reports/index.html",
         {
             "data": data,
+            "until": until,
             "statements": rows,
             "before": before,
             "after": after,
@@ -124,6 +128,64 @@ def reports_index(request: HttpRequest) -> HttpResponse:
             "team_names": [t.name for t in teams] if teams is not None else None,
         },
     )
+
+
+def _csv(text: str, filename: str) -> HttpResponse:
+    response = HttpResponse(text, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _month_label(month: str) -> str:
+    """``month`` as a month the reports can show (not in the future), else 404."""
+    if not MONTH_RE.match(month):
+        raise Http404("no such month")
+    policy = active_policy().policy
+    try:
+        found = month_of(policy, timezone.now(), month)
+    except UsageError as exc:
+        raise Http404(str(exc)) from exc
+    if found.start > timezone.now():
+        raise Http404("that month has not begun")
+    return found.label
+
+
+@login_required
+def month_csv(request: HttpRequest, month: str) -> HttpResponse:
+    """Every team's charges of the month, per user: finance and admins only."""
+    if not is_finance(request.user):
+        raise PermissionDenied("the all-teams export is for finance")
+    label = _month_label(month)
+    bill, breakdown = month_pieces(label, None)
+    return _csv(month_csv_text(label, bill.currency, breakdown), f"usage-{label}.csv")
+
+
+@login_required
+def team_csv(request: HttpRequest, month: str, team: str) -> HttpResponse:
+    """One team's charges of the month, per user: its leads and finance (another team: 404)."""
+    if not TEAM_RE.match(team) or team == CLUSTER:
+        raise Http404("no such team")
+    found = Team.objects.filter(name=team).first()
+    if found is None:
+        raise Http404("no such team")
+    if not is_finance(request.user):
+        role = Membership.objects.filter(user=request.user, team=found).values_list("role", flat=True).first()
+        if role is None:
+            raise Http404("no such team")
+        if role != Membership.Role.LEAD:
+            raise PermissionDenied("only the team's leads and finance see its costs")
+    label = _month_label(month)
+    bill, breakdown = month_pieces(label, [found])
+    return _csv(month_csv_text(label, bill.currency, breakdown), f"usage-{team}-{label}.csv")
+
+
+@login_required
+def jobs_csv(request: HttpRequest, month: str) -> HttpResponse:
+    """The month's jobs with their device-hours and cost: a lead's teams, or all for finance."""
+    teams = report_teams(request.user)
+    label = _month_label(month)
+    bill, breakdown = month_pieces(label, teams)
+    return _csv(jobs_csv_text(label, bill.currency, breakdown), f"jobs-{label}.csv")
 
 
 @login_required

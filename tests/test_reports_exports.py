@@ -26,7 +26,7 @@ def test_the_printable_page_has_the_lines_the_total_and_print_styles(client, sta
     client.force_login(world.lead_alpha)
     page = client.get("/reports/statement/alpha/2025-03/").content.decode()
     assert "@media print" in page and "1036.80 CNY" in page  # 72 × 12 × 1.2
-    assert "plotly/plotly.min.js" in page  # served from our static files, never a CDN
+    assert "vendor/plotly/plotly-cartesian.min.js" in page  # served from our static files, never a CDN
 
 
 def test_the_svg_fallback_draws_the_charts_when_chromium_is_missing(statement, settings) -> None:

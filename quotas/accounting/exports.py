@@ -29,6 +29,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from quotas.accounting.breakdown import Breakdown
 from quotas.accounting.reports import daily_device_hours
 from quotas.accounting.statements import CLUSTER
 from quotas.models import Statement, StatementLine
@@ -142,6 +143,65 @@ def to_csv(statements: Iterable[Statement]) -> str:
                     s.closed_at.isoformat() if s.closed_at else "",
                 ]
             )
+    return out.getvalue()
+
+
+#: The month's charges for finance: one row per team, user, chip (or template), class, kind and price.
+MONTH_CSV_COLUMNS = [
+    "month",
+    "team",
+    "user",
+    "chip_model",
+    "vnpu_template",
+    "priority_class",
+    "kind",
+    "device_hours",
+    "rate",
+    "multiplier",
+    "amount",
+    "currency",
+]
+#: A lead's jobs of the month, costliest first.
+JOBS_CSV_COLUMNS = [
+    "month",
+    "job_id",
+    "name",
+    "team",
+    "user",
+    "priority_class",
+    "devices",
+    "device_hours",
+    "amount",
+    "currency",
+]
+
+
+def month_csv(month: str, currency: str, breakdown: Breakdown) -> str:
+    """Usage per team and user (and the charges of no user: idle, reservations, adjustments) as CSV.
+
+    Job-level pieces of the same user and price are summed; the amounts add up to the
+    statements' lines to the cent (:mod:`quotas.accounting.breakdown`).
+    """
+    rows: dict[tuple[object, ...], list[Decimal]] = {}
+    for p in breakdown.pieces:
+        key = (p.team, p.user, p.chip_model, p.vnpu_template, p.priority_class, p.kind, p.rate, p.multiplier)
+        entry = rows.setdefault(key, [Decimal(0), Decimal(0)])
+        entry[0] += p.device_hours
+        entry[1] += p.amount
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(MONTH_CSV_COLUMNS)
+    for (team, user, chip, template, cls, kind, rate, multiplier), (hours, amount) in rows.items():
+        writer.writerow([month, team, user, chip, template, cls, kind, hours, rate, multiplier, amount, currency])
+    return out.getvalue()
+
+
+def jobs_csv(month: str, currency: str, breakdown: Breakdown) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(JOBS_CSV_COLUMNS)
+    for job in breakdown.per_job():
+        writer.writerow([month, *(job[c] if job[c] is not None else "" for c in JOBS_CSV_COLUMNS[1:-1]), currency])
     return out.getvalue()
 
 

@@ -11,7 +11,10 @@ and a set of teams (a lead's teams, or all for finance):
   chip model;
 - ``quota``: device-hours used against the guarantee and the monthly cap;
 - ``waits``: wait time (submit → start) per priority class as box statistics,
-  with quartiles picked by window functions in the database.
+  with quartiles picked by window functions in the database;
+- ``table``, ``users``, ``top_jobs``: the month to date per team (device-hours,
+  cost, budget used), per user and the costliest jobs — who spent the budget
+  (:mod:`quotas.accounting.breakdown`, which adds up to the statements).
 
 Python only loops over grouped rows (teams × days, chips, classes), never over
 usage records.
@@ -28,10 +31,11 @@ from django.db import connection
 from django.db.models import Aggregate, Case, Count, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, When, Window
 from django.db.models.functions import Cast, Coalesce, Greatest, Least, RowNumber
 
-from quotas.accounting.rates import SECONDS_PER_HOUR
+from quotas.accounting.breakdown import TOP_JOBS, Breakdown, job_counts, month_breakdown, top_jobs
+from quotas.accounting.rates import SECONDS_PER_HOUR, ZERO
 from quotas.accounting.records import EpochDiff, as_datetime
 from quotas.accounting.statements import MonthBill, compute_month, is_closed
-from quotas.models import StatementLine, Team, UsageRecord
+from quotas.models import Budget, StatementLine, Team, UsageRecord
 from quotas.services import active_policy
 from scheduling.engine.policy import zone
 from scheduling.models import Allocation, Job
@@ -123,7 +127,15 @@ def cost_by_team_and_chip(bill: MonthBill, closed: bool, team_ids: list[int] | N
             bucket = cost.setdefault(team, {})
             bucket[chip] = round(bucket.get(chip, 0.0) + float(line.amount), 2)
     chips = sorted({chip for per in cost.values() for chip in per})
-    return {"teams": dict(sorted(cost.items())), "chips": chips, "currency": bill.currency}
+    # The cluster's own charges (idle, unavailable capacity) are drawn on their own chart, so team costs
+    # stay readable: ``team_names`` are the bars of the cost chart, ``idle`` the cluster's per chip.
+    return {
+        "teams": dict(sorted(cost.items())),
+        "team_names": sorted(t for t in cost if t != CLUSTER_LABEL),
+        "idle": cost.get(CLUSTER_LABEL, {}),
+        "chips": chips,
+        "currency": bill.currency,
+    }
 
 
 def utilisation(bill: MonthBill) -> dict[str, Any]:
@@ -239,6 +251,53 @@ def wait_times(month: Month, until: datetime, team_ids: list[int] | None) -> dic
     return {"classes": classes}
 
 
+def _money(value: Decimal) -> str:
+    return f"{value:.2f}"
+
+
+def _hours(value: Decimal) -> str:
+    return f"{value:.1f}"
+
+
+def team_table(breakdown: Breakdown, teams: list[Team], *, with_cluster: bool) -> list[dict[str, Any]]:
+    """Per team: device-hours used, everything charged to it (usage and its shares), its budget and % used."""
+    hours: dict[str, Decimal] = {}
+    cost: dict[str, Decimal] = {}
+    for piece in breakdown.pieces:
+        if piece.kind == StatementLine.Kind.USAGE:
+            hours[piece.team] = hours.get(piece.team, ZERO) + piece.device_hours
+        cost[piece.team] = cost.get(piece.team, ZERO) + piece.amount
+    budgets = dict(Budget.objects.filter(team__in=teams).values_list("team__name", "monthly_amount"))
+    rows = []
+    for team in sorted(teams, key=lambda t: t.name):
+        budget = budgets.get(team.name)
+        spent = cost.get(team.name, ZERO)
+        rows.append(
+            {
+                "team": team.name,
+                "device_hours": _hours(hours.get(team.name, ZERO)),
+                "cost": _money(spent),
+                "budget": _money(budget) if budget is not None else "",
+                "budget_pct": f"{spent * 100 / budget:.0f}" if budget else "",
+            }
+        )
+    if with_cluster:
+        from quotas.accounting.statements import CLUSTER
+
+        if cost.get(CLUSTER):
+            rows.append(
+                {"team": CLUSTER, "device_hours": "", "cost": _money(cost[CLUSTER]), "budget": "", "budget_pct": ""}
+            )
+    return rows
+
+
+def month_pieces(label: str, teams: list[Team] | None) -> tuple[MonthBill, Breakdown]:
+    """A month's bill (every team's, so shares are right) and its breakdown for ``teams`` (None: all)."""
+    closed = is_closed(label)
+    bill = compute_month(label, live=not closed)
+    return bill, month_breakdown(bill, closed=closed, team_ids=None if teams is None else [t.pk for t in teams])
+
+
 def report_data(label: str | None, *, now: datetime | None = None, teams: list[Team] | None = None) -> dict[str, Any]:
     """Everything the reports page draws for ``label`` (default this month); ``teams`` None means all teams."""
     team_ids = None if teams is None else [t.pk for t in teams]
@@ -247,6 +306,9 @@ def report_data(label: str | None, *, now: datetime | None = None, teams: list[T
     month = bill.month
     shown = list(Team.objects.order_by("name")) if teams is None else teams
     tz = zone(bill.timezone)
+    breakdown = month_breakdown(bill, closed=closed, team_ids=team_ids, by_job=False)
+    users = breakdown.per_user(job_counts(bill, team_ids))
+    jobs = top_jobs(bill, closed=closed, team_ids=team_ids, n=TOP_JOBS)
     return {
         "month": month.label,
         "timezone": bill.timezone,
@@ -262,4 +324,8 @@ def report_data(label: str | None, *, now: datetime | None = None, teams: list[T
         "utilisation": utilisation(bill),
         "quota": quota_vs_usage(bill, shown),
         "waits": wait_times(month, bill.until, team_ids),
+        "table": team_table(breakdown, shown, with_cluster=teams is None),
+        "users": [{**u, "device_hours": _hours(u["device_hours"]), "amount": _money(u["amount"])} for u in users],
+        "top_jobs": [{**j, "device_hours": _hours(j["device_hours"]), "amount": _money(j["amount"])} for j in jobs],
+        "has_usage": bool(users),
     }
