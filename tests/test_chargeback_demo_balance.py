@@ -1,10 +1,9 @@
 """The demo's closed month balances, and no card is charged for hours before it joined the inventory.
 
 Seeded on the 1st of a month (the close runs minutes after the month ended) and on the 15th, each on
-its own policy clock. The demo's nodes join the inventory before their first jobs; where ``seed``
-writes no inventory history yet, the close below is preceded by a stand-in history: each node joins
-an hour before the first job on its cards, a node without jobs on the 4th of the month (a partial
-month either way, so "from the day it joined" is what is tested).
+its own policy clock. The demo's nodes join the inventory before their first jobs (``seed`` registers
+them at the start of the month it makes history for); before the close, the test adds a node the site
+registered on the 4th of that month, with no job on it, so "from the day it joined" is tested too.
 """
 
 from __future__ import annotations
@@ -34,15 +33,17 @@ pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 ONE = Decimal(1)
 
 
-def _stand_in_history(label: str) -> None:
-    """Join events for the demo's cards when ``seed`` wrote none (see the module docstring)."""
-    if InventoryEvent.objects.exists():
-        return
+def _late_node(label: str) -> None:
+    """A node a site added on the 4th of the month closed next, with no job on it (see the module docstring)."""
+    from devices.models import Node
+
     month = month_of(active_policy().policy, datetime.now(ZoneInfo("UTC")), label)
-    for node_id in Device.objects.values_list("node_id", flat=True).distinct():
-        first = Allocation.objects.filter(device__node_id=node_id).aggregate(first=Min("start"))["first"]
-        joined = first - timedelta(hours=1) if first else month.start + timedelta(days=3)
-        inventory.record(Device.objects.filter(node_id=node_id).select_related("node"), at=joined)
+    joined = month.start + timedelta(days=3)
+    node = Node.objects.create(name="ascend-late-01")
+    Node.objects.filter(pk=node.pk).update(created=joined)
+    for index in range(2):
+        Device.objects.create(node=node, index=index, chip_model="910A", hbm_mb=32768, ai_cores=32)
+    inventory.record(Device.objects.filter(node=node).select_related("node"), at=joined, cause="node added")
 
 
 def _seed(instant: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +52,7 @@ def _seed(instant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     real_close = accounting_demo.close_month
 
     def close_with_history(label: str, **kwargs: object) -> object:
-        _stand_in_history(label)
+        _late_node(label)
         return real_close(label, **kwargs)
 
     monkeypatch.setattr(accounting_demo, "close_month", close_with_history)

@@ -39,11 +39,12 @@ def test_healthz_is_503_when_the_broker_is_unreachable(demo) -> None:
     from npuportal.celery import app
 
     run_tick()
-    old = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    # A Redis broker that is down (with Redis configured, no transport class is named: the URL says it).
+    old = app.conf.broker_url, app.conf.broker_transport
+    app.conf.broker_url, app.conf.broker_transport = "redis://127.0.0.1:1/0", None
     try:
         resp = Client().get("/healthz")
     finally:
-        app.conf.broker_url = old
+        app.conf.broker_url, app.conf.broker_transport = old
     assert resp.status_code == 503
     assert resp.json()["broker"]["ok"] is False
