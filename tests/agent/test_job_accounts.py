@@ -184,7 +184,10 @@ def accounts() -> Iterator[dict[str, pwd.struct_passwd]]:
 
 @pytest.fixture
 def node_state() -> Iterator[Path]:
-    """A state dir the test accounts can reach (pytest's tmp dirs are root's alone), as /var/lib is."""
+    """A state dir the test accounts can reach (pytest's tmp dirs are root's alone), as /var/lib is.
+
+    Asked for before ``started``, so it is removed after the agents have stopped.
+    """
     top = Path(tempfile.mkdtemp(prefix="npt-agent-"))
     top.chmod(0o755)
     yield top / "state"
@@ -193,7 +196,7 @@ def node_state() -> Iterator[Path]:
 
 @ROOT_ONLY
 def test_each_job_runs_as_its_owner_with_home_groups_and_a_private_umask(
-    started: Callable[..., Agent], accounts: dict[str, pwd.struct_passwd], node_state: Path
+    node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent]
 ) -> None:
     agent = started(kind=OwnerAgent, state_dir=node_state)
     assert "jobs run as their submitters' POSIX accounts (never as root)" in agent.log()
@@ -218,7 +221,7 @@ def test_each_job_runs_as_its_owner_with_home_groups_and_a_private_umask(
 
 @ROOT_ONLY
 def test_one_accounts_job_cannot_read_anothers_job_files(
-    started: Callable[..., Agent], accounts: dict[str, pwd.struct_passwd], node_state: Path
+    node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent]
 ) -> None:
     agent = started(kind=OwnerAgent, state_dir=node_state)
     alice, bob = accounts["alice"].pw_name, accounts["bob"].pw_name
@@ -236,7 +239,7 @@ def test_one_accounts_job_cannot_read_anothers_job_files(
 
 @ROOT_ONLY
 def test_a_user_without_an_account_is_refused_with_the_reason_and_nothing_runs(
-    started: Callable[..., Agent], node_state: Path, tmp_path: Path
+    node_state: Path, started: Callable[..., Agent], tmp_path: Path
 ) -> None:
     agent = started(kind=OwnerAgent, state_dir=node_state)
     marker = tmp_path / "ran"
@@ -255,7 +258,7 @@ def test_a_user_without_an_account_is_refused_with_the_reason_and_nothing_runs(
 
 @ROOT_ONLY
 def test_root_is_never_a_jobs_account_unless_the_agent_allows_it(
-    started: Callable[..., Agent], node_state: Path
+    node_state: Path, started: Callable[..., Agent]
 ) -> None:
     agent = started(kind=OwnerAgent, state_dir=node_state)
     status, reply = agent.call("POST", "/v1/jobs", {"job_id": "r-1", "command": "id", "devices": [0], "user": "root"})
@@ -268,7 +271,7 @@ def test_root_is_never_a_jobs_account_unless_the_agent_allows_it(
 
 @ROOT_ONLY
 def test_cwd_and_output_are_checked_for_the_jobs_account(
-    started: Callable[..., Agent], accounts: dict[str, pwd.struct_passwd], node_state: Path
+    node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent]
 ) -> None:
     agent = started(kind=OwnerAgent, state_dir=node_state)
     alice, bob = accounts["alice"], accounts["bob"]
