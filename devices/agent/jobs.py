@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from devices.agent import procfs
-from devices.agent.accounts import ACCOUNT_NAME_RE, JOB_UMASK, Account, check_output_path, working_directory
+from devices.agent.accounts import (
+    ACCOUNT_NAME_RE,
+    JOB_UMASK,
+    NO_HOME_CWD,
+    Account,
+    check_output_path,
+    working_directory,
+)
 from devices.agent.backends import Backend, DeviceUse
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
@@ -531,7 +538,9 @@ class JobManager:
     def _account_and_cwd(self, request: JobRequest) -> tuple[Account, str]:
         """The job's account and starting directory; ``ApiError`` naming ``user``, ``cwd`` or ``output``."""
         account = self.setup.accounts.account_for(request.user)
-        cwd = working_directory(account, request.cwd, str(self.state_dir))
+        # Without a home: the state dir for an agent running jobs as itself, never for another account.
+        fallback = NO_HOME_CWD if self.setup.accounts.switch else str(self.state_dir)
+        cwd = working_directory(account, request.cwd, fallback)
         if request.output is not None:
             check_output_path(account, request.output)
         return account, cwd
