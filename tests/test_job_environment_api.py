@@ -161,3 +161,41 @@ def test_npuctl_submit_sends_env_chdir_and_output() -> None:
         check=False,
     )
     assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
+
+
+def test_an_admin_sets_the_posix_account_on_the_user_page(client, user_factory, member) -> None:
+    admin = user_factory("site-admin", staff=True)
+    admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    page = client.get(f"/admin/auth/user/{member.pk}/change/")
+    assert page.status_code == 200 and 'name="profile-TOTAL_FORMS"' in page.content.decode()
+    form = page.context["adminform"].form
+    data = {
+        key: value
+        for key, value in form.initial.items()
+        if key in ("username", "first_name", "last_name", "email", "is_active", "is_staff", "is_superuser")
+        and value is not None
+    }
+    data.update(
+        {
+            "last_login_0": "",
+            "last_login_1": "",
+            "date_joined_0": timezone.now().strftime("%Y-%m-%d"),
+            "date_joined_1": "00:00:00",
+            "profile-TOTAL_FORMS": "1",
+            "profile-INITIAL_FORMS": "0",
+            "profile-MIN_NUM_FORMS": "0",
+            "profile-MAX_NUM_FORMS": "1",
+            "profile-0-posix_user": "mx042",
+            "profile-0-user": str(member.pk),
+        }
+    )
+    resp = client.post(f"/admin/auth/user/{member.pk}/change/", data)
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    assert UserProfile.objects.get(user=member).posix_user == "mx042"
+    data["profile-0-posix_user"] = "not valid!"
+    data["profile-INITIAL_FORMS"] = "1"
+    data["profile-0-id"] = str(UserProfile.objects.get(user=member).pk)
+    assert client.post(f"/admin/auth/user/{member.pk}/change/", data).status_code == 200  # the form, with the error
+    assert UserProfile.objects.get(user=member).posix_user == "mx042"
