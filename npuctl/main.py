@@ -151,6 +151,14 @@ def _month(text: str) -> str:
 # -- commands ------------------------------------------------------------------
 
 
+def _assignment(text: str) -> tuple[str, str]:
+    """``--env NAME=VALUE``: split at the first ``=``; the server checks the name and the sizes."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
 def cmd_submit(api: Client, args: argparse.Namespace) -> int:
     command = args.command_text or " ".join(args.argv).strip()
     if not command:
@@ -165,9 +173,13 @@ def cmd_submit(api: Client, args: argparse.Namespace) -> int:
         ("estimated_duration_s", args.time),
         ("max_duration_s", args.max_time),
         ("array", args.array),
+        ("cwd", args.chdir),
+        ("output", args.output),
     ):
         if value is not None:
             body[key] = value
+    if args.env:
+        body["env"] = dict(args.env)
     created = api.post("jobs/", body)
     if args.json:
         _json(created)
@@ -337,6 +349,14 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         )
     if job.get("array_id"):
         fields.append(("array", f"{job['array_id']}[{job['array_index']}]"))
+    if job.get("posix_user"):
+        fields.append(("runs as", job["posix_user"]))
+    if job.get("cwd"):
+        fields.append(("chdir", job["cwd"]))
+    if job.get("output"):
+        fields.append(("output", job["output"]))
+    for name, value in sorted((job.get("env") or {}).items()):
+        fields.append(("env", f"{name}={value}"))
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         _out(f"{key:<{width}}  {value}")
@@ -722,6 +742,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-time", type=_duration, metavar="DURATION", help="hard limit, e.g. 1d")
     p.add_argument("--team", help="team (needed when you are in several)")
     p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
+    p.add_argument(
+        "--env",
+        action="append",
+        type=_assignment,
+        metavar="NAME=VALUE",
+        help="a variable for the job's environment (repeatable); the job starts with no other of yours",
+    )
+    p.add_argument("--chdir", "-D", metavar="DIR", help="absolute directory to start in on the nodes (default: home)")
+    p.add_argument("--output", "-o", metavar="FILE", help="absolute path of a file the output is also appended to")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, after --")
 
     p = command("queue", cmd_queue, "pending and running jobs, like squeue")

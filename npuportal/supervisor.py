@@ -103,6 +103,10 @@ def build_children(args: argparse.Namespace) -> list[Child]:
                         "--stop-jobs-on-exit",
                         "--kill-grace",
                         "3",
+                        # The demo's users have no POSIX accounts: jobs run as whoever runs `make run`
+                        # (with a clean environment all the same, docs/agent.md#environment).
+                        "--jobs-as-agent",
+                        "--allow-root-jobs",
                     ],
                 )
             )

@@ -1,17 +1,45 @@
 from axes.admin import AccessAttemptAdmin
 from axes.models import AccessAttempt
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from quotas import signin
-from quotas.models import ApiToken, AuditEvent, Department, Membership, Policy, Team
+from quotas.models import ApiToken, AuditEvent, Department, Membership, Policy, Team, UserProfile, posix_account
 
 
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
     autocomplete_fields = ("user",)
+
+
+class UserProfileInline(admin.StackedInline):
+    """The POSIX account a user's jobs run as, edited with the user (docs/agent.md#accounts)."""
+
+    model = UserProfile
+    can_delete = False
+    extra = 0
+    max_num = 1
+    verbose_name_plural = "POSIX account on the nodes"
+
+
+class UserWithProfileAdmin(UserAdmin):
+    inlines = [*UserAdmin.inlines, UserProfileInline]
+    list_display = (*UserAdmin.list_display, "posix_account")
+    list_select_related = ("profile",)
+
+    @admin.display(description="POSIX account")
+    def posix_account(self, obj: object) -> str:
+        return posix_account(obj)
+
+
+_User = get_user_model()
+if admin.site.is_registered(_User):
+    admin.site.unregister(_User)
+admin.site.register(_User, UserWithProfileAdmin)
 
 
 @admin.register(Department)

@@ -55,6 +55,15 @@ class Job(models.Model):
     )
     array_id = models.CharField(max_length=40, blank=True)
     array_index = models.PositiveIntegerField(null=True, blank=True)
+    env = models.JSONField(
+        default=dict, blank=True, help_text="Variables the submitter asked for (docs/agent.md#environment)"
+    )
+    cwd = models.CharField(
+        max_length=1024, blank=True, help_text="Directory the job starts in on its nodes (default: the account's home)"
+    )
+    output = models.CharField(
+        max_length=1024, blank=True, help_text="File on its nodes the job's output is also appended to"
+    )
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -22,7 +22,7 @@ from devices.models import Node
 from devices.services.health import Thresholds
 from devices.services.overview import cluster_overview, node_cards
 from npuportal.confirmation import confirmation_page, confirmed
-from quotas.models import AuditEvent, Membership, Team
+from quotas.models import AuditEvent, Membership, Team, posix_account
 from quotas.roles import admin_required, job_user_required, roles_of
 from quotas.services import active_policy
 from scheduling.api.views import visible_jobs
@@ -84,8 +84,13 @@ def job_list_live(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    job = get_object_or_404(visible_jobs(request.user), pk=pk)
-    context = {**console.job_live(job, request.user), "explain": _explain(job)}
+    job = get_object_or_404(visible_jobs(request.user).select_related("submitter__profile"), pk=pk)
+    context = {
+        **console.job_live(job, request.user),
+        "explain": _explain(job),
+        "posix_user": posix_account(job.submitter),
+        "env": sorted((job.env or {}).items()),
+    }
     return render(request, "job_detail.html", context)
 
 

@@ -609,7 +609,9 @@ def test_a_submission_is_a_fixed_handful_of_queries(people, api) -> None:
     if connection.vendor == "postgresql":
         assert counts == {1: 7, 2: 7, 40: 7}
     else:
-        assert counts[1] <= 10 and counts[2] == counts[40] <= 12, counts
+        # SQLite's bulk insert takes at most 999 parameters a statement: 39 copies of a job's
+        # 31 columns are two statements, not one per copy.
+        assert counts[1] <= 10 and counts[2] <= counts[40] <= counts[2] + 1 <= 13, counts
 
 
 def test_array_names_keep_their_length_limit(people, api) -> None:

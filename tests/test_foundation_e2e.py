@@ -35,6 +35,8 @@ def _env(tmp_path: Path, agent_port: int) -> dict[str, str]:
             "NPUPORTAL_AGENT_POLL_INTERVAL": "1",
             "DJANGO_SETTINGS_MODULE": "npuportal.settings",
             "PYTHONUNBUFFERED": "1",
+            # What the agents inherit from `make run`; no job may see it (docs/agent.md#environment).
+            "NPUPORTAL_E2E_SECRET": "secret-of-the-portal",
         }
     )
     return env
@@ -117,7 +119,8 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
             f"{base}/api/v1/jobs/",
             json={
                 "name": "e2e",
-                "command": "echo hi; sleep 2",
+                "command": "echo hi; env | sed 's/^/env: /'; sleep 2",
+                "env": {"E2E_VAR": "yes"},
                 "num_devices": 2,
                 "chip_model": "910B4",
                 "estimated_duration_s": 60,
@@ -141,7 +144,12 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
         assert job["exit_code"] == 0
         assert len(job["allocations"]) == 2
         log = requests.get(f"{base}/api/v1/jobs/{job_id}/log/", headers=api, timeout=10).json()
-        assert log["data"] == "hi\n" and log["complete"], log
+        assert log["data"].startswith("hi\n") and log["complete"], log
+        seen = dict(line[5:].split("=", 1) for line in log["data"].splitlines() if line.startswith("env: "))
+        assert not {"NPUPORTAL_E2E_SECRET", "NPUPORTAL_VAR_DIR", "DJANGO_SETTINGS_MODULE"} & set(seen), seen
+        assert "secret-of-the-portal" not in log["data"]
+        assert seen["NPUPORTAL_JOB_ID"] == f"{job_id}.1" and seen["NPUPORTAL_TEAM"] == "training", seen
+        assert seen["E2E_VAR"] == "yes" and seen["ASCEND_RT_VISIBLE_DEVICES"], seen
 
         # A job still running when make run is stopped goes with it.
         marker = f"npuportal-e2e-{uuid.uuid4().hex}"

@@ -72,6 +72,9 @@ class Agent:
                     self.name,
                     "--kill-grace",
                     "2",
+                    # The portal's test users have no POSIX accounts here: jobs run as the test's own.
+                    "--jobs-as-agent",
+                    "--allow-root-jobs",
                 ],
                 cwd=ROOT,
                 stdout=log,

@@ -21,7 +21,15 @@ from types import FrameType
 from typing import IO
 
 from devices.agent import AGENT_VERSION
+from devices.agent.accounts import AccountPolicy
 from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
+from devices.agent.environment import (
+    DEFAULT_JOB_PATH,
+    JobSetup,
+    check_site_env,
+    parse_assignment,
+    read_env_file,
+)
 from devices.agent.http_api import AgentContext, AgentServer
 from devices.agent.jobs import DEFAULT_MAX_LOG_BYTES, JobManager
 from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
@@ -70,6 +78,32 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop every job when the agent stops (the demo: nothing outlives `make run`); "
         "by default jobs keep running and a restarted agent re-adopts them",
+    )
+    jobs = parser.add_argument_group("jobs' accounts and environment (docs/agent.md)")
+    jobs.add_argument(
+        "--allow-root-jobs",
+        action="store_true",
+        help="let a job run as root (an account with uid 0, or any job of --jobs-as-agent under root)",
+    )
+    jobs.add_argument(
+        "--jobs-as-agent",
+        action="store_true",
+        help="run every job as the agent's own account, whoever submitted it (the demo; as root it "
+        "also needs --allow-root-jobs). By default a root agent runs each job as its submitter's account",
+    )
+    jobs.add_argument("--job-path", default=DEFAULT_JOB_PATH, metavar="PATH", help=f"PATH of jobs ({DEFAULT_JOB_PATH})")
+    jobs.add_argument(
+        "--job-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a fixed variable of every job on this node (repeatable)",
+    )
+    jobs.add_argument("--job-env-file", type=Path, metavar="FILE", help="NAME=VALUE lines of fixed variables")
+    jobs.add_argument(
+        "--job-wrapper",
+        metavar="PROGRAM",
+        help='run each job as PROGRAM /bin/sh -c COMMAND (e.g. a script sourcing CANN\'s set_env.sh, then exec "$@")',
     )
     sim = parser.add_argument_group("simulated backend (--backend sim)")
     sim.add_argument("--sim-chip", help=f"chip model to simulate: {', '.join(SIM_CHIPS)} (default 910B4)")
@@ -122,6 +156,37 @@ def _make_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return SimBackend(chip, count, args.state_dir, args.sim_topology or "none")
 
 
+def _job_setup(parser: argparse.ArgumentParser, args: argparse.Namespace, node: str) -> JobSetup:
+    """The jobs' account rule and environment from the flags; a bad one is a usage error (status 2)."""
+    if args.jobs_as_agent and os.geteuid() == 0 and not args.allow_root_jobs:
+        parser.error("--jobs-as-agent under root runs every job as root: add --allow-root-jobs to mean it")
+    site: dict[str, str] = {}
+    if args.job_env_file is not None:
+        try:
+            site.update(read_env_file(args.job_env_file))
+        except OSError as exc:
+            parser.error(f"--job-env-file {args.job_env_file}: {exc.strerror or exc}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            parser.error(f"--job-env-file {args.job_env_file}: {exc}")
+    for text in args.job_env:
+        try:
+            name, value = parse_assignment(text)
+        except ValueError as exc:
+            parser.error(f"--job-env: {exc}")
+        site[name] = value
+    try:
+        site = check_site_env(site)
+    except ValueError as exc:
+        parser.error(f"--job-env: {exc}")
+    if not args.job_path or "\0" in args.job_path:
+        parser.error("--job-path must be a non-empty PATH")
+    wrapper = args.job_wrapper
+    if wrapper is not None and not (os.path.isabs(wrapper) and os.access(wrapper, os.X_OK)):
+        parser.error(f"--job-wrapper {wrapper}: not an executable file given by its absolute path")
+    accounts = AccountPolicy.for_agent(node, jobs_as_agent=args.jobs_as_agent, allow_root=args.allow_root_jobs)
+    return JobSetup(accounts, args.job_path, site, wrapper)
+
+
 def _lock_state_dir(state_dir: Path) -> IO[str] | None:
     """Two agents on one state dir would both adopt and kill the same jobs: allow only one."""
     handle = (state_dir / "agent.lock").open("a+", encoding="ascii")
@@ -160,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--state-dir {args.state_dir}: not a writable directory ({exc.strerror or exc})")
     backend = _make_backend(parser, args)
     node = args.node_name or socket.gethostname()
+    setup = _job_setup(parser, args, node)
 
     lock = _lock_state_dir(args.state_dir)
     if lock is None:
@@ -172,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default_grace_s=args.kill_grace,
         keep_finished_s=keep,
         max_log_bytes=args.max_log_bytes,
+        setup=setup,
     )
     jobs.load()
     for warning in jobs.warnings:
@@ -197,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
         flush=True,
     )
+    print(f"npuportal-agent: {setup.accounts.describe()}", file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -30,7 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from devices.agent import procfs
+from devices.agent.accounts import (
+    ACCOUNT_NAME_RE,
+    JOB_UMASK,
+    NO_HOME_CWD,
+    Account,
+    check_output_path,
+    working_directory,
+)
 from devices.agent.backends import Backend, DeviceUse
+from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
 
 RUNNING_STATES = frozenset({"running", "stopping"})
@@ -39,6 +48,8 @@ OUTPUT_TAIL_LINES = 50
 MAX_DURATION_LIMIT_S = 366 * 24 * 3600.0
 MAX_GRACE_S = 3600.0
 RUNNER_PATH = Path(__file__).with_name("runner.py")
+#: The wrapper's own environment (it may run as root): fixed, nothing of the job's or the agent's.
+RUNNER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
 def _longest_argument() -> int:
@@ -54,9 +65,9 @@ def _longest_argument() -> int:
 
 #: Longest command the agent takes (131,071 bytes with 4 KiB pages); longer is refused with 413, for good.
 MAX_COMMAND_BYTES = _longest_argument()
-RESERVED_ENV = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NPUPORTAL_JOB_ID")
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Longest ``cwd``/``output`` path the agent takes (the portal's limit is the same).
+MAX_PATH_CHARS = 1024
 _TAIL_BYTES = 64 * 1024
 #: Default cap of one job attempt's log file (``--max-log-bytes``); output beyond it is dropped, with a line saying so.
 DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
@@ -90,6 +101,25 @@ class JobRequest:
     vnpu: dict[str, Any] | None
     max_duration_s: float | None
     cwd: str | None
+    user: str | None = None
+    team: str | None = None
+    output: str | None = None
+
+
+def _optional_text(payload: Mapping[str, Any], name: str, limit: int) -> str | None:
+    value = payload.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.isprintable() or len(value) > limit:
+        raise ApiError(400, f"{name} must be printable text of at most {limit} characters", name)
+    return value
+
+
+def _absolute_path(payload: Mapping[str, Any], name: str) -> str | None:
+    value = _optional_text(payload, name, MAX_PATH_CHARS)
+    if value is not None and not os.path.isabs(value):
+        raise ApiError(400, f"{name} must be an absolute path", name)
+    return value
 
 
 def parse_job_id(value: Any) -> tuple[str, str | int]:
@@ -138,20 +168,10 @@ def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
         raise ApiError(
             413, f"command is {size} bytes; a program takes at most {MAX_COMMAND_BYTES} in one argument", "command"
         )
-    env_in = payload.get("env", {})
-    if env_in is None:
-        env_in = {}
-    if not isinstance(env_in, dict):
-        raise ApiError(400, "env must be an object of string values", "env")
-    env: dict[str, str] = {}
-    for key, value in env_in.items():
-        if not _ENV_NAME_RE.fullmatch(key):
-            raise ApiError(400, f"env name {key!r} is not a valid variable name", "env")
-        if key in RESERVED_ENV or key.startswith("NPUPORTAL_"):
-            raise ApiError(400, f"env {key} is set by the agent and cannot be overridden", "env")
-        if not isinstance(value, str) or "\0" in value:
-            raise ApiError(400, f"env {key} must be a string without NUL bytes", "env")
-        env[key] = value
+    try:
+        env = check_submitted_env(payload.get("env"))
+    except ValueError as exc:
+        raise ApiError(400, f"env {exc}", "env") from None
     vnpu = payload.get("vnpu")
     if vnpu is not None:
         if not isinstance(vnpu, dict):
@@ -189,7 +209,12 @@ def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
     cwd = payload.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd)):
         raise ApiError(400, "cwd must be an absolute path to an existing directory", "cwd")
-    return JobRequest(job_id, raw_id, command, env, devices, vnpu, limit, cwd)
+    user = _optional_text(payload, "user", 64)
+    if user is not None and not ACCOUNT_NAME_RE.fullmatch(user):
+        raise ApiError(400, f"user {user!r} is not a POSIX account name", "user")
+    team = _optional_text(payload, "team", 200)
+    output = _absolute_path(payload, "output")
+    return JobRequest(job_id, raw_id, command, env, devices, vnpu, limit, cwd, user, team, output)
 
 
 def parse_grace(value: str | None, default: float) -> float:
@@ -266,6 +291,9 @@ class Job:
     max_duration_s: float | None = None
     cwd: str | None = None
     env_keys: list[str] = field(default_factory=list)  # values are not stored: they may hold secrets
+    user: str | None = None  # the POSIX account it runs as
+    team: str | None = None
+    output: str | None = None
     exit_code: int | None = None
     reason: str | None = None
     ended_ts: float | None = None
@@ -296,6 +324,9 @@ class Job:
             "vnpu": self.vnpu,
             "max_duration_s": self.max_duration_s,
             "pid": self.pid,
+            "user": self.user,
+            "cwd": self.cwd,
+            "output": self.output,
         }
 
 
@@ -393,9 +424,17 @@ class JobManager:
         default_grace_s: float = 10.0,
         keep_finished_s: float | None = 14 * 24 * 3600.0,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        setup: JobSetup | None = None,
     ) -> None:
+        self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs may hold secrets
+        self.setup = setup or JobSetup.default()
+        if self.setup.accounts.switch:
+            # Each log is its owner's alone (0600, chowned); the directories above it only let
+            # an account reach a file it knows the name of, never list another's.
+            for directory in (state_dir, self.jobs_dir):
+                directory.chmod(0o711)
         self.backend = backend
         self.default_grace_s = default_grace_s
         self.keep_finished_s = keep_finished_s
@@ -419,6 +458,10 @@ class JobManager:
 
     def exit_path(self, job_id: str) -> Path:
         return self.jobs_dir / f"{job_id}.exit"
+
+    def env_path(self, job_id: str) -> Path:
+        """The job's environment, handed to its wrapper, which reads and removes it at once."""
+        return self.jobs_dir / f"{job_id}.env"
 
     def _save(self, job: Job) -> None:
         procfs.write_json_atomic(self.record_path(job.job_id), asdict(job))
@@ -476,6 +519,7 @@ class JobManager:
                     return 200, self.describe(job_id)
         known = self.backend.known_indices()  # may run the vendor tool: keep it outside the lock
         request = parse_job_request(payload, known)
+        account, cwd = self._account_and_cwd(request)  # refused here, before anything is recorded or run
         with self._lock:
             if request.job_id in self._jobs:  # a concurrent POST of the same id won the race
                 return 200, self.describe(request.job_id)
@@ -488,8 +532,18 @@ class JobManager:
                 if holders and (request.vnpu is None or any(u.vnpu is None for u in holders)):
                     raise ApiError(409, f"device {index} is in use by job {holders[0].job_id}", "devices")
             plan = self.backend.plan_launch(request.devices, request.vnpu, usage)
-            job = self._launch(request, plan.env, plan.vnpu)
+            job = self._launch(request, plan.env, plan.vnpu, account, cwd)
             return 201, self.describe(job.job_id)
+
+    def _account_and_cwd(self, request: JobRequest) -> tuple[Account, str]:
+        """The job's account and starting directory; ``ApiError`` naming ``user``, ``cwd`` or ``output``."""
+        account = self.setup.accounts.account_for(request.user)
+        # Without a home: the state dir for an agent running jobs as itself, never for another account.
+        fallback = NO_HOME_CWD if self.setup.accounts.switch else str(self.state_dir)
+        cwd = working_directory(account, request.cwd, fallback)
+        if request.output is not None:
+            check_output_path(account, request.output)
+        return account, cwd
 
     def describe(self, job_id: str, *, with_output: bool = True) -> dict[str, Any]:
         with self._lock:
@@ -571,7 +625,14 @@ class JobManager:
         return self.describe(raw_id)
 
     # -- launching --------------------------------------------------------------------------------
-    def _launch(self, request: JobRequest, plan_env: Mapping[str, str], vnpu: dict[str, Any] | None) -> Job:
+    def _launch(
+        self,
+        request: JobRequest,
+        plan_env: Mapping[str, str],
+        vnpu: dict[str, Any] | None,
+        account: Account,
+        cwd: str,
+    ) -> Job:
         job_id = request.job_id
         exit_file = self.exit_path(job_id)
         exit_file.unlink(missing_ok=True)  # from a pruned job of the same id; must not be read as ours
@@ -585,28 +646,54 @@ class JobManager:
             started_ts=now,
             vnpu=vnpu,
             max_duration_s=request.max_duration_s,
-            cwd=request.cwd,
+            cwd=cwd,
             env_keys=sorted(request.env),
+            user=account.name,
+            team=request.team,
+            output=request.output,
             boot_id=self._boot_id,
         )
         self._jobs[job_id] = job
         self._save(job)  # on disk before the process exists: a crash now leaves a record to reconcile
-        env = dict(os.environ)
-        env.update(request.env)
-        env.update(plan_env)
-        env["NPUPORTAL_JOB_ID"] = job_id
+        env = build_job_env(  # built from nothing: not one variable of the agent's own reaches the job
+            job_id=job_id,
+            team=request.team,
+            home=account.home,
+            user=account.name,
+            shell=account.shell,
+            submitted=request.env,
+            plan_env=plan_env,
+            site_env=self.setup.site_env,
+            job_path=self.setup.job_path,
+        )
         argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file)]
-        argv += ["--max-output-bytes", str(self.max_log_bytes), request.command]
+        argv += ["--max-output-bytes", str(self.max_log_bytes), "--umask", f"{JOB_UMASK:03o}"]
+        switch = account.uid != os.geteuid()
+        if switch:  # the wrapper stays root (its exit file is out of the job's reach); the command does not
+            argv += ["--uid", str(account.uid), "--gid", str(account.gid)]
+            argv += ["--groups", ",".join(str(g) for g in account.groups)]
+        if request.output is not None:
+            argv += ["--output", request.output]
+        if self.setup.wrapper:
+            argv += ["--wrapper", self.setup.wrapper]
+        # The job's environment goes to the wrapper in a file only root (or the agent) reads, not in
+        # its own environment: a submitter's LD_LIBRARY_PATH must not reach a process running as root,
+        # and argv is readable by every account on the node.
+        env_file = self.env_path(job_id)
+        procfs.write_json_atomic(env_file, env)
+        argv += ["--env-file", str(env_file), request.command]
         try:
             log_fd = os.open(self.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: owner-only
+            with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: its account's only
+                if switch:
+                    os.fchown(log_fd, account.uid, account.gid)
                 child = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=request.cwd,
+                    env=RUNNER_ENV,
+                    cwd=cwd,
                     start_new_session=True,  # own process group: killable as a whole, survives the agent
                 )
         except OSError as exc:
@@ -758,5 +845,6 @@ class JobManager:
         for job in list(self._jobs.values()):
             if job.state in FINAL_STATES and job.ended_ts is not None and now - job.ended_ts > self.keep_finished_s:
                 del self._jobs[job.job_id]
-                for path in (self.record_path(job.job_id), self.log_path(job.job_id), self.exit_path(job.job_id)):
+                paths = (self.record_path(job.job_id), self.log_path(job.job_id), self.exit_path(job.job_id))
+                for path in (*paths, self.env_path(job.job_id)):
                     path.unlink(missing_ok=True)

@@ -9,6 +9,13 @@ It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the a
 process group, so the command gets the signal directly and the wrapper stays to record the outcome.
 SIGKILL still takes the wrapper down, and then no exit file exists, which the agent reports honestly.
 
+An agent running as root starts the wrapper as root and tells it the job's account (``--uid``,
+``--gid``, ``--groups``): the wrapper runs the command as that account, with ``--umask``, and stays
+root itself, so the exit status it records is out of the job's reach. An ``--output`` file is opened
+as the job's account (the job may write only where its account may), and the command's output goes
+to it as well as to the agent's log. ``--wrapper PROGRAM`` runs ``PROGRAM /bin/sh -c COMMAND``
+instead, for a site's toolkit set-up (CANN's ``set_env.sh``).
+
 Standard library only, and importing nothing from the project, so the agent can start it by file path
 with ``python -I -S runner.py`` (``python -m devices.agent.runner`` works too).
 """
@@ -16,6 +23,7 @@ with ``python -I -S runner.py`` (``python -m devices.agent.runner`` works too).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -31,12 +39,23 @@ SHELL = "/bin/sh"
 DRAIN_AFTER_EXIT_S = 2.0
 
 
-def copy_capped(source: IO[bytes], out_fd: int, limit: int) -> None:
-    """Copy ``source`` to ``out_fd`` until EOF; past ``limit`` bytes, say so once and drop the rest.
+def _write_all(fds: Sequence[int], data: bytes) -> None:
+    """Write to the agent's log (the first), then to the job's own output file, whose errors are its own."""
+    os.write(fds[0], data)
+    for fd in fds[1:]:
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass  # a full disk under the user's output file must not stop the agent's own log
+
+
+def copy_capped(source: IO[bytes], out_fd: int, limit: int, also: Sequence[int] = ()) -> None:
+    """Copy ``source`` to ``out_fd`` and ``also`` until EOF; past ``limit`` bytes, say so once and drop the rest.
 
     The command writes into a pipe, not the log itself, so a job printing without end fills a
     bounded file instead of the node's disk, and it never blocks on a full pipe.
     """
+    fds = (out_fd, *also)
     written = 0
     dropped = False
     while True:
@@ -45,12 +64,33 @@ def copy_capped(source: IO[bytes], out_fd: int, limit: int) -> None:
             return
         if written < limit:
             part = chunk[: limit - written]
-            os.write(out_fd, part)
+            _write_all(fds, part)
             written += len(part)
             chunk = chunk[len(part) :]
         if chunk and not dropped:
             dropped = True
-            os.write(out_fd, f"\n[npuportal: output beyond {limit} bytes was dropped]\n".encode())
+            _write_all(fds, f"\n[npuportal: output beyond {limit} bytes was dropped]\n".encode())
+
+
+def open_as(path: str, uid: int | None, gid: int | None, groups: Sequence[int]) -> int:
+    """Open ``path`` for appending with the rights of ``uid`` (when given), not the wrapper's root.
+
+    The wrapper is single-threaded here, so switching its effective ids for one ``open`` is safe;
+    a path the account may not write (or a symlink to ``/etc/shadow``) fails as it would for the job.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    if uid is None or os.geteuid() != 0:
+        return os.open(path, flags, 0o600)
+    saved_groups = os.getgroups()
+    os.setgroups(list(groups))
+    os.setegid(gid if gid is not None else os.getgid())
+    os.seteuid(uid)
+    try:
+        return os.open(path, flags, 0o600)
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(saved_groups)
 
 
 def write_exit_status(path: str, status: int) -> None:
@@ -74,25 +114,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--max-output-bytes", type=int, default=0, help="cap of what the command's output may add (0: none)"
     )
+    parser.add_argument("--uid", type=int, help="run the command as this user id (the wrapper stays who it is)")
+    parser.add_argument("--gid", type=int, help="... with this primary group id")
+    parser.add_argument("--groups", default="", help="... and these supplementary group ids, comma-separated")
+    parser.add_argument("--umask", type=lambda text: int(text, 8), help="umask of the command, octal (e.g. 077)")
+    parser.add_argument("--output", help="also append the command's output to this file (opened as --uid)")
+    parser.add_argument("--wrapper", help="run WRAPPER /bin/sh -c COMMAND (a site's toolkit set-up)")
+    parser.add_argument("--env-file", help="JSON object: the command's whole environment (read, then removed)")
     parser.add_argument("command", help="shell command, run with /bin/sh -c")
     args = parser.parse_args(argv)
+    os.umask(0o077)  # the exit file and anything else of the wrapper's: not for other accounts
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stay_alive)  # a Python handler, unlike SIG_IGN, is reset for the child on exec
-    capped = args.max_output_bytes > 0
+    groups = [int(g) for g in args.groups.split(",") if g]
+    env = None
+    if args.env_file:
+        try:
+            with open(args.env_file, encoding="utf-8") as fh:
+                env = {str(k): str(v) for k, v in json.load(fh).items()}
+            os.unlink(args.env_file)
+        except (OSError, ValueError, AttributeError) as exc:
+            print(f"npuportal runner: cannot read the job's environment: {exc}", file=sys.stderr, flush=True)
+            write_exit_status(args.exit_file, 126)
+            return 126
+    also: list[int] = []
+    if args.output:
+        try:
+            also.append(open_as(args.output, args.uid, args.gid, groups))
+        except OSError as exc:
+            print(f"npuportal runner: cannot open the output file {args.output}: {exc}", file=sys.stderr, flush=True)
+            write_exit_status(args.exit_file, 126)
+            return 126
+    capped = args.max_output_bytes > 0 or bool(also)
+    limit = args.max_output_bytes if args.max_output_bytes > 0 else sys.maxsize
+    switch = args.uid is not None and os.geteuid() == 0  # only root can; otherwise the job is the wrapper's own
+    argv_child = [SHELL, "-c", args.command]
+    if args.wrapper:
+        argv_child = [args.wrapper, *argv_child]
     try:
         child = subprocess.Popen(  # same process group: group signals reach it
-            [SHELL, "-c", args.command],
+            argv_child,
             stdout=subprocess.PIPE if capped else None,
             stderr=subprocess.STDOUT if capped else None,
+            env=env,
+            user=args.uid if switch else None,
+            group=args.gid if switch else None,
+            extra_groups=groups if switch else None,
+            umask=-1 if args.umask is None else args.umask,
         )
     except OSError as exc:
-        print(f"npuportal runner: cannot start {SHELL}: {exc}", file=sys.stderr, flush=True)
+        print(f"npuportal runner: cannot start {argv_child[0]}: {exc}", file=sys.stderr, flush=True)
         write_exit_status(args.exit_file, 127)
         return 127
     copier = None
     if capped and child.stdout is not None:
         copier = threading.Thread(
-            target=copy_capped, args=(child.stdout, sys.stdout.fileno(), args.max_output_bytes), daemon=True
+            target=copy_capped, args=(child.stdout, sys.stdout.fileno(), limit, also), daemon=True
         )
         copier.start()
     status = child.wait()

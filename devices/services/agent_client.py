@@ -17,8 +17,10 @@ from django.conf import settings
 from devices.agent.jobs import MAX_STOP_REASON
 from devices.models import Node
 
-#: Request fields whose refusal depends only on what the portal sent, never on the node's state.
-_OWN_FIELDS = frozenset({"body", "job_id", "command", "env"})
+#: Request fields whose refusal depends only on what the portal sent (and, for ``user``, ``cwd`` and
+#: ``output``, on the job's account on the node: no such account, a directory it may not enter),
+#: never on the node's devices or state: the job fails at once with the agent's words.
+_OWN_FIELDS = frozenset({"body", "job_id", "command", "env", "user", "team", "cwd", "output"})
 
 
 class AgentError(RuntimeError):

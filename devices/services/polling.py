@@ -38,6 +38,7 @@ from devices.models import Device, HealthEvent, Node
 from devices.services import health as hm
 from devices.services import inventory
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
+from quotas.models import posix_account
 from scheduling.models import Allocation, Job, JobEvent
 
 log = logging.getLogger(__name__)
@@ -622,7 +623,12 @@ class LaunchPlan:
 
 def _prepare_launch(job_id: int) -> LaunchPlan | None:
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("team").filter(pk=job_id, state=Job.State.RUNNING).first()
+        job = (
+            Job.objects.select_for_update(of=("self", "team"))  # not the profile: it may be missing (outer join)
+            .select_related("team", "submitter__profile")
+            .filter(pk=job_id, state=Job.State.RUNNING)
+            .first()
+        )
         if job is None:
             return None
         run_id = agent_job_id(job.pk, current_attempts([job.pk])[job.pk])
@@ -651,9 +657,17 @@ def launch_payload(job: Job, run_id: str, allocs: Sequence[Allocation]) -> dict[
     payload: dict[str, Any] = {
         "job_id": run_id,
         "command": job.command,
-        "env": {"JOB_NAME": job.name, "JOB_TEAM": job.team.name},
+        # The submitter's variables over the two the portal always gave; the agent adds its own
+        # (PATH, HOME, NPUPORTAL_JOB_ID, NPUPORTAL_TEAM, the devices: docs/agent.md#environment).
+        "env": {"JOB_NAME": job.name, "JOB_TEAM": job.team.name, **(job.env or {})},
         "devices": sorted(a.device.index for a in allocs),
+        "team": job.team.name,
+        "user": posix_account(job.submitter),  # the account it runs as on a root agent (docs/agent.md#accounts)
     }
+    if job.cwd:
+        payload["cwd"] = job.cwd
+    if job.output:
+        payload["output"] = job.output
     if job.max_duration_s:
         elapsed = (timezone.now() - job.started_at).total_seconds() if job.started_at else 0
         payload["max_duration_s"] = max(1, int(job.max_duration_s - elapsed))

@@ -4,9 +4,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from devices.agent.environment import MAX_ENV_BYTES, MAX_ENV_VARS
 from npuportal import api_fields as fields
+from quotas.models import posix_account
 from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.reason_text import reason_text
@@ -244,14 +247,35 @@ class JobSummarySerializer(JobSerializer):
 class JobDetailSerializer(JobSerializer):
     allocations = AllocationSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
+    env = serializers.DictField(
+        child=serializers.CharField(), read_only=True, help_text="Variables the submitter asked for"
+    )
+    posix_user = serializers.SerializerMethodField(
+        help_text="The POSIX account the job runs as on its nodes (docs/agent.md#accounts)"
+    )
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "allocations", "events"]
+        fields = [*JobSerializer.Meta.fields, "env", "cwd", "output", "posix_user", "allocations", "events"]
         read_only_fields = fields
+
+    def get_posix_user(self, obj: Job) -> str:
+        return posix_account(obj.submitter)
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         # One job at a time: DRF's field-by-field rendering, nested allocations and events included.
         return serializers.ModelSerializer.to_representation(self, instance)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class EnvField(serializers.Field):
+    """A job's ``env`` as sent: checked whole by the service (``devices.agent.environment``), so every
+    problem (a number for a value, a reserved name, the sizes) is one 400 naming ``env``."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
 class JobSubmitSerializer(fields.InputSerializer):
@@ -266,6 +290,23 @@ class JobSubmitSerializer(fields.InputSerializer):
     chip_model = fields.CharField(required=False, allow_blank=True, allow_null=True)
     estimated_duration_s = fields.IntegerField(min_value=1, max_value=MAX_DURATION_S, default=3600)
     max_duration_s = fields.IntegerField(min_value=1, max_value=MAX_DURATION_S, required=False, allow_null=True)
+    env = EnvField(
+        required=False,
+        help_text=f"Variables for the job's environment: NAME: value, at most {MAX_ENV_VARS} and "
+        f"{MAX_ENV_BYTES // 1024} KiB; names the node agent sets (PATH, HOME, NPUPORTAL_*, ...) are refused",
+    )
+    cwd = fields.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Absolute directory the job starts in on its nodes (default: the account's home), like --chdir",
+    )
+    output = fields.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Absolute path of a file on its nodes the output is also appended to, like --output",
+    )
     array = fields.IntegerField(
         min_value=1,
         required=False,

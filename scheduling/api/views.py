@@ -88,7 +88,7 @@ def list_columns(qs: QuerySet[Job]) -> QuerySet[Job]:
         (Coalesce(F("end"), now, output_field=DateTimeField()) - F("start")) * F("device_share"),
         output_field=DurationField(),
     )
-    return qs.defer("command").annotate(
+    return qs.defer("command", "env").annotate(
         **{
             COMMAND_HEAD: Substr("command", 1, COMMAND_PREVIEW_CHARS + 1),
             HELD_NODES: Subquery(
@@ -192,7 +192,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         qs = visible_jobs(self.request.user).order_by(*JobPagination.ordering)
         if self.action == "retrieve":
             events = Prefetch("events", queryset=JobEvent.objects.select_related("other_job__team"))
-            qs = qs.prefetch_related("allocations__device__node", "allocations__vnpu_template", events)
+            qs = qs.select_related("submitter__profile").prefetch_related(
+                "allocations__device__node", "allocations__vnpu_template", events
+            )
         elif self.action == "list":
             qs = list_columns(qs)
         return qs
@@ -236,6 +238,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             chip_model=data.get("chip_model") or None,
             estimated_duration_s=data["estimated_duration_s"],
             max_duration_s=data.get("max_duration_s"),
+            env=data.get("env") or {},
+            cwd=data.get("cwd") or "",
+            output=data.get("output") or "",
         )
         try:
             team = job_service.submission_team(request.user, data.get("team"))
@@ -286,6 +291,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             chip_model=job.chip_model or None,
             estimated_duration_s=job.estimated_duration_s,
             max_duration_s=job.max_duration_s,
+            env=dict(job.env or {}),
+            cwd=job.cwd,
+            output=job.output,
         )
         try:
             copy = job_service.submit_job(team=job.team, user=request.user, spec=spec)

@@ -7,7 +7,7 @@ The API, the console, the admin and the CLI all come through here, so a rule
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -17,6 +17,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from devices.agent.environment import check_submitted_env
 from devices.models import Device, Node, VnpuTemplate
 from devices.services.draining import mark_drained
 from npuportal import row_reads
@@ -59,6 +60,40 @@ class JobSpec:
     chip_model: str | None = None
     estimated_duration_s: int = 3600
     max_duration_s: int | None = None
+    #: Variables for the job's environment (docs/agent.md#environment); checked by :func:`check_run_settings`.
+    env: dict[str, str] = field(default_factory=dict)
+    #: Directory the job starts in, and a file its output is also appended to, on its nodes ("": defaults).
+    cwd: str = ""
+    output: str = ""
+
+
+#: Longest ``cwd`` or ``output`` path (the agent takes the same).
+MAX_PATH_CHARS = 1024
+
+
+def check_run_settings(spec: JobSpec) -> None:
+    """Check the job's ``env``, ``cwd`` and ``output`` as a node agent takes them; ``SubmissionError`` names the field.
+
+    The agent applies the same rules (``devices.agent.environment``), so a job refused here would
+    never have started; what only a node can check (the account may enter ``cwd``) is its to say.
+    """
+    try:
+        spec.env = check_submitted_env(spec.env)
+    except ValueError as exc:
+        raise SubmissionError("env", str(exc)) from None
+    for name in ("cwd", "output"):
+        value = getattr(spec, name) or ""
+        if not isinstance(value, str):
+            raise SubmissionError(name, "must be a string")
+        if value and not value.startswith("/"):
+            raise SubmissionError(name, "must be an absolute path (starting with /)")
+        if len(value) > MAX_PATH_CHARS:
+            raise SubmissionError(name, f"must be at most {MAX_PATH_CHARS} characters")
+        if value and not value.isprintable():
+            raise SubmissionError(name, "must be printable text on one line")
+        setattr(spec, name, value)
+    if spec.output.endswith("/"):
+        raise SubmissionError("output", "must name a file, not a directory")
 
 
 def teams_of(user: AbstractBaseUser) -> list[int]:
@@ -145,6 +180,7 @@ def check_size(spec: JobSpec, count: int = 1) -> int:
             f"{count:,} copies of {job_bytes:,} bytes each (command and name) make {in_words(count * job_bytes)}; "
             + most,
         )
+    check_run_settings(spec)
     return job_bytes
 
 
@@ -405,6 +441,9 @@ def _new_job(
         pending_reason="Submitted",
         pending_detail="waiting for the next scheduling tick",
         array_index=array_index,
+        env=dict(spec.env or {}),
+        cwd=spec.cwd or "",
+        output=spec.output or "",
     )
 
 

@@ -220,6 +220,8 @@ def npu_agent(tmp_path: Path, npu_smi: FakeTool) -> Iterator[int]:
             str(tmp_path / "token"),
             "--state-dir",
             str(tmp_path / "state"),
+            "--jobs-as-agent",
+            "--allow-root-jobs",
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

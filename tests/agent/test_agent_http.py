@@ -48,6 +48,9 @@ def wait_for(check: Callable[[], Any], timeout: float = 10.0, interval: float = 
 class Agent:
     """One agent process plus a tiny HTTP client for it."""
 
+    #: Jobs run as the test's own account (root in CI); tests/agent/test_job_accounts.py runs them as others.
+    account_flags: tuple[str, ...] = ("--jobs-as-agent", "--allow-root-jobs")
+
     def __init__(self, tmp: Path, *extra: str, state_dir: Path | None = None) -> None:
         self.tmp = tmp
         self.state_dir = state_dir or tmp / "state"
@@ -75,6 +78,7 @@ class Agent:
             str(self.state_dir),
             "--node-name",
             "test-node",
+            *self.account_flags,
             *self.extra,
         ]
         log = (self.tmp / "agent.log").open("ab")
