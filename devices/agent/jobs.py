@@ -32,6 +32,7 @@ from typing import Any
 from devices.agent import procfs
 from devices.agent.backends import Backend, DeviceUse
 from devices.agent.errors import ApiError
+from devices.agent.rendezvous import RendezvousService, parse_rendezvous
 
 RUNNING_STATES = frozenset({"running", "stopping"})
 FINAL_STATES = frozenset({"succeeded", "failed", "killed", "lost"})
@@ -409,6 +410,11 @@ class JobManager:
         self._boot_id = procfs.boot_id()
         self._last_prune = 0.0
         self.warnings: list[str] = []
+        self.rendezvous = RendezvousService(state_dir, backend, self._running_ids)
+
+    def _running_ids(self) -> set[str]:
+        with self._lock:
+            return {j.job_id for j in self._jobs.values() if j.state in RUNNING_STATES}
 
     # -- files ------------------------------------------------------------------------------------
     def record_path(self, job_id: str) -> Path:
@@ -476,6 +482,9 @@ class JobManager:
                     return 200, self.describe(job_id)
         known = self.backend.known_indices()  # may run the vendor tool: keep it outside the lock
         request = parse_job_request(payload, known)
+        rendezvous = None
+        if payload.get("rendezvous") is not None:  # a part of a multi-node job
+            rendezvous = parse_rendezvous(payload["rendezvous"], request.devices, request.env)
         with self._lock:
             if request.job_id in self._jobs:  # a concurrent POST of the same id won the race
                 return 200, self.describe(request.job_id)
@@ -488,7 +497,10 @@ class JobManager:
                 if holders and (request.vnpu is None or any(u.vnpu is None for u in holders)):
                     raise ApiError(409, f"device {index} is in use by job {holders[0].job_id}", "devices")
             plan = self.backend.plan_launch(request.devices, request.vnpu, usage)
-            job = self._launch(request, plan.env, plan.vnpu)
+            env = dict(plan.env)
+            if rendezvous is not None:
+                env.update(self.rendezvous.prepare(request.job_id, rendezvous))
+            job = self._launch(request, env, plan.vnpu)
             return 201, self.describe(job.job_id)
 
     def describe(self, job_id: str, *, with_output: bool = True) -> dict[str, Any]:
