@@ -234,7 +234,7 @@ MAX_STOP_REASON = 200
 def parse_stop_reason(value: str | None) -> str:
     """``?reason=`` on DELETE: why the job is stopped, in the caller's words (default ``cancelled``).
 
-    The portal says why (``Preempted``, ``walltime``, ``gang member ended`` ...), so the agent's own
+    The portal says why (``Preempted``, ``walltime``, ``the part on <server> failed (...)`` ...), so the agent's own
     record of a killed job tells an operator on the node what happened, not always "cancelled".
     """
     if value is None:

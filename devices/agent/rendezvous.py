@@ -246,8 +246,8 @@ class RendezvousService:
         with self._lock:
             self._load()
             now = time.time()
-            for rid, held in list(self._reserved.items()):  # release what no run needs any more
-                if rid != run_id and rid not in running and now - held.offered_ts > RESERVE_TTL_S:
+            for rid, old in list(self._reserved.items()):  # release what no run needs any more
+                if rid != run_id and rid not in running and now - old.offered_ts > RESERVE_TTL_S:
                     del self._reserved[rid]
                     for path in (self.dir / f"{rid}.port", self.rank_table_path(rid)):
                         path.unlink(missing_ok=True)
