@@ -77,7 +77,9 @@ def build_children(args: argparse.Namespace) -> list[Child]:
     ]
     agents_file = var / "demo_agents.json"
     if not args.no_agents and agents_file.exists():
-        for agent in json.loads(agents_file.read_text()):
+        for n, agent in enumerate(json.loads(agents_file.read_text())):
+            # All demo agents share this host: disjoint port ranges keep multi-node jobs' MASTER_PORTs apart.
+            ports = f"{29500 + 100 * n}-{29599 + 100 * n}"
             children.append(
                 Child(
                     f"agent:{agent['name']}",
@@ -101,6 +103,8 @@ def build_children(args: argparse.Namespace) -> list[Child]:
                         agent["name"],
                         # The demo's jobs end with it: nothing `make run` started outlives Ctrl-C.
                         "--stop-jobs-on-exit",
+                        "--rendezvous-ports",
+                        ports,
                         "--kill-grace",
                         "3",
                         # The demo's users have no POSIX accounts: jobs run as whoever runs `make run`

@@ -12,9 +12,10 @@ import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from devices.agent import npusmi, nvsmi
+from devices.agent import npusmi, nvsmi, ranktable
 from devices.agent.errors import ApiError
 
 DEVICE_KEYS: tuple[str, ...] = (
@@ -92,6 +93,13 @@ class Backend:
         if vnpu is not None:
             raise ApiError(400, f"vNPU jobs are not supported by the {self.name} backend", "vnpu")
         return LaunchPlan(env={self.visible_devices_env: ",".join(str(d) for d in devices)})
+
+    #: Whether a multi-node job needs each card's IP (HCCL's rank table); without one it is refused.
+    needs_device_ips = False
+
+    def device_ips(self, indices: Sequence[int], node: str) -> dict[int, str]:
+        """``{device: IP of its RoCE port}`` for the rank table of a multi-node job; missing ones are left out."""
+        return {}
 
 
 class ToolBackend(Backend):
@@ -186,6 +194,37 @@ class NpuSmiBackend(ToolBackend):
 
     name = "npu-smi"
     visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+    needs_device_ips = True
+    #: Where an admin's ``hccn_tool`` configuration is kept, and the tool that reads it live.
+    hccn_conf = Path("/etc/hccn.conf")
+    hccn_tool = "hccn_tool"
+
+    def device_ips(self, indices: Sequence[int], node: str) -> dict[int, str]:
+        """From ``/etc/hccn.conf`` (no tool call), then ``hccn_tool -i N -ip -g`` for the cards it does not list."""
+        try:
+            known = ranktable.parse_hccn_conf(self.hccn_conf.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            known = {}
+        found = {i: known[i] for i in indices if i in known}
+        for index in indices:
+            if index in found:
+                continue
+            try:
+                done = subprocess.run(
+                    [self.hccn_tool, "-i", str(index), "-ip", "-g"],
+                    capture_output=True,
+                    text=True,
+                    errors="replace",
+                    timeout=self.timeout_s,
+                    check=False,
+                    stdin=subprocess.DEVNULL,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                break  # no tool (or a hung one): the other cards would fare no better
+            ip = ranktable.parse_hccn_tool_ip(done.stdout) if done.returncode == 0 else None
+            if ip is not None:
+                found[index] = ip
+        return found
 
     def collect(self, usage: Mapping[int, Sequence[DeviceUse]]) -> DeviceReport:
         with self._lock:

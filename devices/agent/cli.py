@@ -32,6 +32,7 @@ from devices.agent.environment import (
 )
 from devices.agent.http_api import AgentContext, AgentServer
 from devices.agent.jobs import DEFAULT_MAX_LOG_BYTES, JobManager
+from devices.agent.rendezvous import DEFAULT_PORTS, parse_port_range, valid_host
 from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
 
 BACKENDS = ("npu-smi", "nvidia-smi", "sim")
@@ -104,6 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--job-wrapper",
         metavar="PROGRAM",
         help='run each job as PROGRAM /bin/sh -c COMMAND (e.g. a script sourcing CANN\'s set_env.sh, then exec "$@")',
+    )
+    multi = parser.add_argument_group("multi-node jobs (docs/agent.md)")
+    multi.add_argument(
+        "--advertise-address",
+        metavar="HOST",
+        help="address other servers reach this node at: MASTER_ADDR and the rank table's server_id "
+        "(default: the --listen address unless it is 0.0.0.0 or ::; then the portal uses the node's agent URL host)",
+    )
+    multi.add_argument(
+        "--rendezvous-ports",
+        default=f"{DEFAULT_PORTS[0]}-{DEFAULT_PORTS[1]}",
+        metavar="LOW-HIGH",
+        help="ports this node offers as MASTER_PORT when it is a multi-node job's first server (default %(default)s); "
+        "agents sharing one host should get disjoint ranges",
     )
     sim = parser.add_argument_group("simulated backend (--backend sim)")
     sim.add_argument("--sim-chip", help=f"chip model to simulate: {', '.join(SIM_CHIPS)} (default 910B4)")
@@ -215,6 +230,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{flag} must be a non-negative number")
     if args.max_log_bytes < 1024:
         parser.error("--max-log-bytes must be at least 1024")
+    try:
+        ports = parse_port_range(args.rendezvous_ports)
+    except ValueError as exc:
+        parser.error(str(exc))
+    advertise = args.advertise_address
+    if advertise is not None and not valid_host(advertise):
+        parser.error(f"--advertise-address {advertise!r} is not an address or host name")
+    if advertise is None and host not in ("", "0.0.0.0", "::"):
+        advertise = host
     token = _read_token(parser, args.token_file)
     try:
         args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -240,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_log_bytes=args.max_log_bytes,
         setup=setup,
     )
+    jobs.rendezvous.configure(node=node, advertise=advertise, ports=ports)
     jobs.load()
     for warning in jobs.warnings:
         print(f"npuportal-agent: warning: {warning}", file=sys.stderr)

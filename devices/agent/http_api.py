@@ -221,6 +221,9 @@ class AgentHandler(BaseHTTPRequestHandler):
             if offset is not None and tail is not None:
                 raise ApiError(400, "give offset or tail, not both", "tail")
             return 200, ctx.jobs.log(parts[2], offset=offset, tail=tail)
+        if parts == ["v1", "rendezvous"]:
+            allow("POST")
+            return 200, ctx.jobs.rendezvous.offer(_json(body), ctx.backend.known_indices())
         if parts == ["v1", "sim", "faults"] and isinstance(ctx.backend, SimBackend):
             allow("POST")
             return 200, ctx.backend.inject_fault(_json(body))

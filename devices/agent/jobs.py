@@ -41,6 +41,7 @@ from devices.agent.accounts import (
 from devices.agent.backends import Backend, DeviceUse
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
+from devices.agent.rendezvous import RendezvousService, parse_rendezvous
 
 RUNNING_STATES = frozenset({"running", "stopping"})
 FINAL_STATES = frozenset({"succeeded", "failed", "killed", "lost"})
@@ -258,7 +259,7 @@ MAX_STOP_REASON = 200
 def parse_stop_reason(value: str | None) -> str:
     """``?reason=`` on DELETE: why the job is stopped, in the caller's words (default ``cancelled``).
 
-    The portal says why (``Preempted``, ``walltime``, ``gang member ended`` ...), so the agent's own
+    The portal says why (``Preempted``, ``walltime``, ``the part on <server> failed (...)`` ...), so the agent's own
     record of a killed job tells an operator on the node what happened, not always "cancelled".
     """
     if value is None:
@@ -448,6 +449,11 @@ class JobManager:
         self._boot_id = procfs.boot_id()
         self._last_prune = 0.0
         self.warnings: list[str] = []
+        self.rendezvous = RendezvousService(state_dir, backend, self._running_ids)
+
+    def _running_ids(self) -> set[str]:
+        with self._lock:
+            return {j.job_id for j in self._jobs.values() if j.state in RUNNING_STATES}
 
     # -- files ------------------------------------------------------------------------------------
     def record_path(self, job_id: str) -> Path:
@@ -520,6 +526,9 @@ class JobManager:
         known = self.backend.known_indices()  # may run the vendor tool: keep it outside the lock
         request = parse_job_request(payload, known)
         account, cwd = self._account_and_cwd(request)  # refused here, before anything is recorded or run
+        rendezvous = None
+        if payload.get("rendezvous") is not None:  # a part of a multi-node job
+            rendezvous = parse_rendezvous(payload["rendezvous"], request.devices, request.env)
         with self._lock:
             if request.job_id in self._jobs:  # a concurrent POST of the same id won the race
                 return 200, self.describe(request.job_id)
@@ -532,7 +541,10 @@ class JobManager:
                 if holders and (request.vnpu is None or any(u.vnpu is None for u in holders)):
                     raise ApiError(409, f"device {index} is in use by job {holders[0].job_id}", "devices")
             plan = self.backend.plan_launch(request.devices, request.vnpu, usage)
-            job = self._launch(request, plan.env, plan.vnpu, account, cwd)
+            env = dict(plan.env)
+            if rendezvous is not None:
+                env.update(self.rendezvous.prepare(request.job_id, rendezvous, owner=account))
+            job = self._launch(request, env, plan.vnpu, account, cwd)
             return 201, self.describe(job.job_id)
 
     def _account_and_cwd(self, request: JobRequest) -> tuple[Account, str]:

@@ -20,6 +20,7 @@ from devices.agent.backends import Backend, DeviceReport, DeviceUse, LaunchPlan,
 from devices.agent.errors import ApiError
 from devices.agent.npusmi import worst_health
 from devices.agent.procfs import read_json, write_json_atomic
+from devices.agent.ranktable import sim_device_ips
 
 FAULT_KINDS: tuple[str, ...] = ("ecc", "overheat", "lost", "recover")
 """``ecc``: +1 uncorrectable ECC error, health Critical. ``overheat``: 98 °C, health Alarm.
@@ -198,6 +199,12 @@ class SimBackend(Backend):
             processes=processes,
             **common,
         )
+
+    needs_device_ips = True
+
+    def device_ips(self, indices: Sequence[int], node: str) -> dict[int, str]:
+        """Made-up, stable addresses (see :func:`ranktable.sim_device_ips`)."""
+        return sim_device_ips(node, indices)
 
     def plan_launch(
         self, devices: Sequence[int], vnpu: Mapping[str, Any] | None, usage: Mapping[int, Sequence[DeviceUse]]

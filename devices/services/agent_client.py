@@ -132,6 +132,19 @@ class AgentClient:
         """Start a job; the agent answers 200 with the existing record when the id is known."""
         return self._call("POST", "/v1/jobs", json=payload, ok=(200, 201))
 
+    def rendezvous(self, agent_job_id: str, devices: list[int], port: bool) -> dict[str, Any]:
+        """This node's part of a multi-node job's rendezvous (``POST /v1/rendezvous``; see docs/agent.md).
+
+        ``port``: reserve a free port for the job (asked of the first server only). The same run
+        asking again gets the same port.
+        """
+        body = self._call("POST", "/v1/rendezvous", json={"job_id": agent_job_id, "devices": devices, "port": port})
+        if not isinstance(body, dict) or not isinstance(body.get("devices"), list):
+            raise AgentError("POST /v1/rendezvous: answer has no device list")
+        if port and not (isinstance(body.get("port"), int) and not isinstance(body.get("port"), bool)):
+            raise AgentError("POST /v1/rendezvous: answer has no port")
+        return body
+
     def stop(
         self, agent_job_id: str | int, grace_s: float = 10, reason: str = "", wait_s: float = 0
     ) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
@@ -36,7 +36,7 @@ from django.utils.dateparse import parse_datetime
 
 from devices.models import Device, HealthEvent, Node
 from devices.services import health as hm
-from devices.services import inventory
+from devices.services import inventory, rendezvous
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
 from quotas.models import posix_account
 from scheduling.models import Allocation, Job, JobEvent
@@ -485,7 +485,7 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
             continue
         state = record.get("state")
         if state in AGENT_RUNNING:
-            if not launched or stored != run_id:
+            if (not launched or stored != run_id) and _all_parts_running(pk, run_id, seen):
                 Job.objects.filter(pk=pk, state=Job.State.RUNNING).update(launched=True, agent_job_id=run_id)
             continue
         if state == "lost":
@@ -510,16 +510,51 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
             if not all(parts.get(n, {}).get("state") == "succeeded" for n in job_nodes):
                 continue
         if reason != "Completed" and len(job_nodes) > 1:
-            detail = f"on {node.name}: {detail}"
-            for other in job_addresses(pk):
-                if other.node_id != node.pk:
-                    actions.stops.append(Stop(other, run_id, EVICT_GRACE_S, "gang member ended"))
+            # The job is one unit: the part that failed first ends it, and the others are stopped.
+            addresses = job_addresses(pk)
+            names = {a.node_id: a.name for a in addresses}
+            first_id, first = first_failed_part(run_id, seen, node.pk, record)
+            exit_code, reason, detail = outcome(first)
+            failing = names.get(first_id, node.name)
+            detail = f"on {failing}: {detail}"
+            why = f"the part on {failing} failed ({detail.split(': ', 1)[1]})"
+            for other in addresses:
+                if other.node_id != first_id:
+                    actions.stops.append(Stop(other, run_id, EVICT_GRACE_S, why))
         finish_job(pk, exit_code=exit_code, ended_at=_when(record.get("ended_at")), detail=detail, reason=reason)
         summary.finished.append(pk)
     for run_id, record in by_id.items():
         if record.get("state") == "running" and run_id not in expected and PORTAL_JOB_ID.fullmatch(run_id):
             actions.stops.append(Stop(address, run_id, EVICT_GRACE_S, "not running on this node in the database"))
             summary.stale_stopped.append(f"{node.name}:{run_id}")
+
+
+def _all_parts_running(job_id: int, run_id: str, seen: SeenJobs) -> bool:
+    """Whether every node of the job reports this run running (a job on one node: its own record does)."""
+    nodes = {a.node_id for a in job_addresses(job_id)}
+    if len(nodes) < 2:
+        return True
+    parts = seen.get(run_id, {})
+    return all(parts.get(n, {}).get("state") in AGENT_RUNNING for n in nodes)
+
+
+_PART_FAILED = frozenset({"failed", "killed", "lost"})
+
+
+def first_failed_part(run_id: str, seen: SeenJobs, node_id: int, record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``(node id, record)`` of the part of a multi-node run that ended unsuccessfully first.
+
+    When a part fails, its peers often fail a moment later on their own (a lost connection); the
+    job's exit names the first one, by the agents' end times, not whichever node the poll read first.
+    """
+    candidates = {n: r for n, r in seen.get(run_id, {}).items() if r.get("state") in _PART_FAILED}
+    candidates.setdefault(node_id, record)
+
+    def ended(item: tuple[int, dict[str, Any]]) -> tuple[datetime, int]:
+        at = _when(item[1].get("ended_at"))
+        return (at or datetime.max.replace(tzinfo=UTC)), item[0]
+
+    return min(candidates.items(), key=ended)
 
 
 def outcome(record: dict[str, Any]) -> tuple[int | None, str, str]:
@@ -774,7 +809,12 @@ def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
     """
     plans = [p for p in (_prepare_launch(j) for j in job_ids) if p is not None]
     vacate(plans)
-    sends = [(plan, target) for plan in plans for target in plan.targets]
+    unmet: dict[int, list[tuple[AgentAddress, AgentError]]] = {}
+    for plan in plans:  # a multi-node job's parts get one rendezvous (devices.services.rendezvous)
+        plan.targets, refused = rendezvous.meet(plan.agent_job_id, plan.targets)
+        if refused:
+            unmet[plan.job_id] = refused
+    sends = [(plan, target) for plan in plans if plan.job_id not in unmet for target in plan.targets]
     answers = parallel(_send, [target for _, target in sends])
     errors: dict[int, list[tuple[AgentAddress, AgentError]]] = defaultdict(list)
     accepted: dict[int, list[AgentAddress]] = defaultdict(list)
@@ -783,6 +823,7 @@ def launch_many(job_ids: Iterable[int]) -> dict[int, bool]:
             errors[plan.job_id].append((address, error))
         else:
             accepted[plan.job_id].append(address)
+    errors.update(unmet)
     return {plan.job_id: _record_launch(plan, errors.get(plan.job_id, []), accepted[plan.job_id]) for plan in plans}
 
 
