@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from devices.agent.accounts import AccountPolicy
 from devices.agent.backends import NpuSmiBackend
+from devices.agent.environment import JobSetup
 from devices.agent.errors import ApiError
 from devices.agent.jobs import JobManager
 from devices.agent.ranktable import (
@@ -172,7 +174,9 @@ def test_an_offer_reserves_one_free_port_per_run_and_the_launch_writes_the_table
 
 
 def test_the_job_manager_adds_the_rendezvous_to_a_launch(tmp_path: Path) -> None:
-    manager = JobManager(tmp_path, SimBackend("910B4", 2, tmp_path))
+    # Jobs as the agent's own account (the demo's way), so the test runs the same as root or not.
+    setup = JobSetup(AccountPolicy.for_agent("node-a", jobs_as_agent=True, allow_root=True))
+    manager = JobManager(tmp_path, SimBackend("910B4", 2, tmp_path), setup=setup)
     with pytest.raises(ApiError) as err:
         manager.submit({"job_id": "9.1", "command": "true", "devices": [0, 1], "rendezvous": _rendezvous()})
     assert err.value.field == "rendezvous.servers"
