@@ -5,8 +5,11 @@ restarted agent is no longer its parent and cannot ``wait()`` for it. This tiny 
 parent, so it always learns the real exit status and writes it to ``<state>/jobs/<id>.exit`` (atomically)
 for whichever agent is around to read it.
 
-It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the agent signals the whole
-process group, so the command gets the signal directly and the wrapper stays to record the outcome.
+It joins the job's cgroup (``--cgroup``) and marks the command's environment (``--mark``) before the
+command starts, so every process of the job can be found again, also one that left the session.
+
+It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the agent signals every
+process of the job, so the command gets the signal directly and the wrapper stays to record the outcome.
 SIGKILL still takes the wrapper down, and then no exit file exists, which the agent reports honestly.
 
 Standard library only, and importing nothing from the project, so the agent can start it by file path
@@ -74,8 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--max-output-bytes", type=int, default=0, help="cap of what the command's output may add (0: none)"
     )
+    parser.add_argument("--mark", help="value of NPUPORTAL_JOB_MARK for the command: how the agent finds its processes")
+    parser.add_argument("--cgroup", help="cgroup v2 directory to join before starting the command")
     parser.add_argument("command", help="shell command, run with /bin/sh -c")
     args = parser.parse_args(argv)
+    if args.mark:
+        os.environ["NPUPORTAL_JOB_MARK"] = args.mark  # inherited by every child, setsid or not
+    if args.cgroup:
+        try:  # before any child exists, so all of them are born inside it
+            with open(os.path.join(args.cgroup, "cgroup.procs"), "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
+        except OSError as exc:
+            print(f"npuportal runner: cannot join cgroup {args.cgroup}: {exc}", file=sys.stderr, flush=True)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stay_alive)  # a Python handler, unlike SIG_IGN, is reset for the child on exec
     capped = args.max_output_bytes > 0
