@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from django.utils import timezone
 
 from devices.services.polling import outcome
+from npuctl.main import main as npuctl_main
 from quotas.models import Team
 from scheduling.models import Job, JobEvent
 from scheduling.reason_text import exit_reason
@@ -76,3 +80,38 @@ def test_the_job_page_says_how_it_ended(member, client) -> None:
     assert "(exit code 3)" in client.get(f"/live/jobs/{three.pk}/").content.decode()
     JobEvent.objects.create(job=three, from_state="running", to_state="failed", reason="Walltime", at=timezone.now())
     assert "(walltime exceeded)" in client.get(f"/live/jobs/{three.pk}/").content.decode()
+
+
+class _OneJob(BaseHTTPRequestHandler):
+    job = {
+        "id": 7, "name": "seg", "team": "training", "submitter": "exit-member", "priority_class": "normal",
+        "num_devices": 1, "vnpu_template": None, "chip_model": None, "command": "./a.out",
+        "estimated_duration_s": 60, "max_duration_s": 120, "state": "failed", "submitted_at": None,
+        "started_at": None, "ended_at": None, "exit_code": -11, "exit_reason": "killed by signal SIGSEGV",
+        "events": [], "allocations": [],
+    }  # fmt: skip
+
+    def do_GET(self) -> None:
+        body = json.dumps(self.job).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_npuctl_show_says_how_a_job_ended(capsys, monkeypatch) -> None:
+    server = HTTPServer(("127.0.0.1", 0), _OneJob)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("NPUPORTAL_URL", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
+        assert npuctl_main(["show", "7"]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "failed (killed by signal SIGSEGV)" in capsys.readouterr().out
