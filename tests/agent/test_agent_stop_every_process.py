@@ -194,3 +194,27 @@ def test_the_mark_is_unique_per_launch(tmp_path: Path) -> None:
         assert mark.startswith("same.") and len(mark) > len("same.")
     finally:
         agent.close()
+
+
+def test_memory_sizes_read_as_cgroup_sizes() -> None:
+    assert cgroups.parse_bytes("64G") == 64 * 1024**3
+    assert cgroups.parse_bytes("512M") == 512 * 1024**2
+    assert cgroups.parse_bytes("1048576") == 1048576
+    with pytest.raises(ValueError, match="not a size"):
+        cgroups.parse_bytes("lots")
+
+
+def test_limits_without_cgroups_are_no_ops_with_a_warning(tmp_path: Path) -> None:
+    agent = RealAgent(tmp_path, "--no-cgroups", "--job-memory-max", "64G", "--job-cpu-max", "4")
+    try:
+        assert "--job-memory-max and --job-cpu-max have no effect" in agent.log.read_text()
+    finally:
+        agent.close()
+
+
+def test_a_bad_memory_limit_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(secrets.token_urlsafe(24))
+    argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", "127.0.0.1:0"]
+    argv += ["--token-file", str(tmp_path / "token"), "--state-dir", str(tmp_path / "s"), "--job-memory-max", "lots"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "--job-memory-max" in done.stderr
