@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +133,7 @@ def detect(configured: Path | None = None) -> tuple[CgroupRoot | None, str]:
     except OSError:
         pass
     has_kill = _has_kill(root)
+    sweep_empty(root)
     return CgroupRoot(root, frozenset(_subtree(root)), has_kill), f"cgroup v2 at {root}"
 
 
@@ -161,6 +163,30 @@ def _has_kill(root: Path) -> bool:
             probe.rmdir()
         except OSError:
             pass
+
+
+#: An empty job cgroup this old is left over (its agent was killed before it removed it) and is removed.
+STALE_EMPTY_S = 600.0
+
+
+def sweep_empty(root: Path, older_than_s: float = STALE_EMPTY_S) -> int:
+    """Remove empty ``job-*`` cgroups older than ``older_than_s`` (other agents may share the root: a
+    group just made for a launch is younger, and one holding processes cannot be removed); returns how many.
+    """
+    removed = 0
+    now = time.time()
+    try:
+        entries = list(root.glob("job-*"))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if now - entry.stat().st_mtime < older_than_s or procs(entry):
+                continue
+        except OSError:
+            continue
+        removed += remove(entry)
+    return removed
 
 
 def procs(path: Path) -> list[int]:

@@ -670,6 +670,8 @@ class JobManager:
                     start_new_session=True,  # own session: survives the agent; also one way to find its processes
                 )
         except OSError as exc:
+            if job.cgroup:
+                cgroups.remove(Path(job.cgroup))
             job.state, job.reason, job.ended_ts = "failed", f"could not start: {exc}", time.time()
             self._save(job)
             return job
@@ -845,6 +847,8 @@ class JobManager:
     def _finalize(self, job: Job, code: int | None, ended: float | None) -> None:
         job.ended_ts = ended or time.time()
         job.exit_code = code
+        if job.cgroup:
+            cgroups.remove(Path(job.cgroup))  # usually gone already; a job adopted after a reboot's is too
         try:
             self._finalize_state(job, code)
         finally:
