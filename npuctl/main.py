@@ -322,7 +322,14 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         return OK
     fields = [
         ("job", f"{job['id']} {job['name']}"),
-        ("state", job["state"] + (f" (exit {job['exit_code']})" if job.get("exit_code") is not None else "")),
+        (
+            "state",
+            job["state"]
+            + (f" ({job['exit_reason']})" if job.get("exit_reason") else "")
+            + (
+                f" (exit {job['exit_code']})" if job.get("exit_code") is not None and not job.get("exit_reason") else ""
+            ),
+        ),
         ("team / user", f"{job['team']} / {job['submitter']}"),
         ("class", job["priority_class"]),
         ("devices", _dev(job)),

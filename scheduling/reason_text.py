@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 TEXT = {
     "Submitted": "Just submitted; the scheduler looks at it within seconds.",
     "Priority": "Jobs with higher priority are ahead of it in the queue.",
@@ -24,7 +26,43 @@ TEXT = {
     "LaunchFailed": "Its node refused or missed the launch; it is tried again, then requeued.",
     "Walltime": "It ran past its maximum duration and was stopped.",
     "Killed": "Its process was killed by a signal.",
+    "OutOfMemory": "The kernel killed it for using more memory than its limit.",
 }
+
+#: Event reasons that say more about how a job ended than its exit code does.
+_END_REASONS = {
+    "Walltime": "walltime exceeded",
+    "Preempted": "preempted",
+    "OutOfMemory": "out of memory",
+    "LostOnAgent": "node lost",
+    "NodeUnreachable": "node lost",
+    "Cancelled": "cancelled",
+}
+
+
+def exit_reason(state: str, exit_code: int | None, end_reason: str | None = None) -> str | None:
+    """How a job ended, in words: ``exit code 3``, ``killed by signal SIGKILL``, ``walltime exceeded``...
+
+    ``None`` while it has not ended. ``end_reason`` is the reason of the event that ended it, when the
+    caller has it (the job page does; the API's job rows, kept query-free, go by state and exit code).
+    """
+    if state == "cancelled":
+        return "cancelled"
+    if state == "preempted":
+        return "preempted"
+    if state not in ("completed", "failed"):
+        return None
+    if end_reason in _END_REASONS:
+        return _END_REASONS[end_reason]
+    if exit_code is None:
+        return "no exit status"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"killed by signal {name}"
+    return f"exit code {exit_code}"
 
 
 def reason_text(code: str) -> str:

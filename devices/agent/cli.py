@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from devices.agent import AGENT_VERSION
+from devices.agent import AGENT_VERSION, cgroups
 from devices.agent.accounts import AccountPolicy
 from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
 from devices.agent.environment import (
@@ -120,6 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="ports this node offers as MASTER_PORT when it is a multi-node job's first server (default %(default)s); "
         "agents sharing one host should get disjoint ranges",
     )
+    parser.add_argument(
+        "--cgroup-root",
+        type=Path,
+        help="cgroup v2 directory delegated to the agent for job cgroups "
+        "(default: npuportal-jobs under the agent's own cgroup; none usable: jobs are tracked by their processes)",
+    )
+    parser.add_argument(
+        "--no-cgroups", action="store_true", help="do not put jobs in cgroups; track their processes instead"
+    )
+    parser.add_argument("--job-memory-max", help="memory limit of each job, bytes or e.g. 64G (needs job cgroups)")
+    parser.add_argument("--job-cpu-max", type=float, help="CPU limit of each job in cores, e.g. 8 (needs job cgroups)")
     sim = parser.add_argument_group("simulated backend (--backend sim)")
     sim.add_argument("--sim-chip", help=f"chip model to simulate: {', '.join(SIM_CHIPS)} (default 910B4)")
     sim.add_argument("--sim-devices", type=int, help=f"number of devices, 1-{MAX_SIM_DEVICES} (default 8)")
@@ -256,6 +267,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"npuportal-agent: error: another agent is already using {args.state_dir}", file=sys.stderr)
         return 1
     keep = args.keep_finished_days * 86400 if args.keep_finished_days > 0 else None
+    try:
+        memory_max = cgroups.parse_bytes(args.job_memory_max) if args.job_memory_max else None
+    except ValueError as exc:
+        parser.error(f"--job-memory-max: {exc}")
+    if args.job_cpu_max is not None and not 0 < args.job_cpu_max < float("inf"):
+        parser.error("--job-cpu-max must be a positive number of cores")
+    cgroup_root, cgroup_note = (
+        (None, "disabled by --no-cgroups") if args.no_cgroups else cgroups.detect(args.cgroup_root)
+    )
+    if cgroup_root is None and args.cgroup_root is not None and not args.no_cgroups:
+        parser.error(f"--cgroup-root: {cgroup_note}")
     jobs = JobManager(
         args.state_dir,
         backend,
@@ -263,8 +285,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep_finished_s=keep,
         max_log_bytes=args.max_log_bytes,
         setup=setup,
+        cgroup_root=cgroup_root,
+        job_memory_max=memory_max,
+        job_cpu_max=args.job_cpu_max,
     )
     jobs.rendezvous.configure(node=node, advertise=advertise, ports=ports)
+    tracking = "own cgroup" if cgroup_root else "process tracking (environment mark and session)"
+    print(f"npuportal-agent: jobs are stopped by {tracking}: {cgroup_note}", file=sys.stderr, flush=True)
     jobs.load()
     for warning in jobs.warnings:
         print(f"npuportal-agent: warning: {warning}", file=sys.stderr)

@@ -23,13 +23,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from devices.agent import procfs
+from devices.agent import cgroups, procfs
 from devices.agent.accounts import (
     ACCOUNT_NAME_RE,
     JOB_UMASK,
@@ -77,6 +78,9 @@ LOG_CHUNK_BYTES = 256 * 1024
 #: ``?tail=N`` answers at most this many lines.
 MAX_TAIL_LINES = 10000
 _MONITOR_INTERVAL_S = 0.1
+#: Processes still there this long after SIGKILL (stuck in the kernel, "D" state) no longer hold the job:
+#: it is reported ended, with the count in its reason, as Slurm's UnkillableStepTimeout does.
+UNKILLABLE_AFTER_S = 60.0
 
 
 def utc_iso(ts: float | None) -> str | None:
@@ -305,6 +309,13 @@ class Job:
     stop_requested_ts: float | None = None
     stop_deadline_ts: float | None = None
     sigkill_sent: bool = False
+    mark: str | None = None  # NPUPORTAL_JOB_MARK of this launch (unique: job id plus a random part)
+    cgroup: str | None = None  # the job's cgroup v2 directory, when the agent made one
+    runner_status: int | None = None  # the wrapper has ended with this status; leftovers are being killed
+    runner_ended_ts: float | None = None
+    leftovers_since_ts: float | None = None
+    oom_kills: int = 0
+    exit_reason: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Job:
@@ -328,6 +339,8 @@ class Job:
             "user": self.user,
             "cwd": self.cwd,
             "output": self.output,
+            "exit_reason": self.exit_reason,
+            "cgroup": self.cgroup is not None,
         }
 
 
@@ -398,6 +411,36 @@ def read_log(path: Path, *, offset: int | None = None, tail: int | None = None) 
     }
 
 
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_reason(job: Job) -> str:
+    """Why the job ended, in words: ``exit code 3``, ``killed by signal SIGKILL``, ``out of memory``,
+    ``walltime exceeded``, ``preempted``, ``cancelled``, ``node lost``.
+    """
+    code = job.exit_code
+    if job.oom_kills:
+        return f"out of memory ({job.oom_kills} process(es) killed by the kernel's OOM killer)"
+    why = (job.stop_reason or "").lower()
+    if job.stop_reason is not None:
+        if "walltime" in why:
+            return "walltime exceeded"
+        if "preempt" in why:
+            return "preempted"
+        if "cancel" in why:
+            return "cancelled"
+        return f"stopped ({job.stop_reason})"
+    if code is None:
+        return "node lost (no exit status)"
+    if code < 0:
+        return f"killed by signal {signal_name(-code)}"
+    return f"exit code {code}"
+
+
 def _describe_exit(code: int) -> str | None:
     if code == 0:
         return None
@@ -426,6 +469,9 @@ class JobManager:
         keep_finished_s: float | None = 14 * 24 * 3600.0,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         setup: JobSetup | None = None,
+        cgroup_root: cgroups.CgroupRoot | None = None,
+        job_memory_max: int | None = None,
+        job_cpu_max: float | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
@@ -449,6 +495,11 @@ class JobManager:
         self._boot_id = procfs.boot_id()
         self._last_prune = 0.0
         self.warnings: list[str] = []
+        self.cgroup_root = cgroup_root
+        self.job_memory_max = job_memory_max
+        self.job_cpu_max = job_cpu_max
+        if cgroup_root is None and (job_memory_max is not None or job_cpu_max is not None):
+            self.warnings.append("no job cgroups on this node: --job-memory-max and --job-cpu-max have no effect")
         self.rendezvous = RendezvousService(state_dir, backend, self._running_ids)
 
     def _running_ids(self) -> set[str]:
@@ -513,6 +564,11 @@ class JobManager:
             self._save(job)
             return  # the monitor thread keeps watching it through /proc
         code, ended = self._read_exit(job.job_id)
+        if same_boot:
+            self._wrapper_ended(job, code, ended)
+            finished, code, ended = self._leftovers_gone(job)
+            if not finished:
+                return  # the monitor kills what the job left behind, then reports it ended
         self._finalize(job, code, ended)
 
     # -- public API -------------------------------------------------------------------------------
@@ -664,7 +720,9 @@ class JobManager:
             team=request.team,
             output=request.output,
             boot_id=self._boot_id,
+            mark=f"{job_id}.{uuid.uuid4().hex[:16]}",
         )
+        self._make_cgroup(job)
         self._jobs[job_id] = job
         self._save(job)  # on disk before the process exists: a crash now leaves a record to reconcile
         env = build_job_env(  # built from nothing: not one variable of the agent's own reaches the job
@@ -693,7 +751,9 @@ class JobManager:
         # and argv is readable by every account on the node.
         env_file = self.env_path(job_id)
         procfs.write_json_atomic(env_file, env)
-        argv += ["--env-file", str(env_file), request.command]
+        argv += ["--env-file", str(env_file), "--mark", job.mark or job_id]
+        argv += ["--cgroup", job.cgroup] if job.cgroup else []
+        argv.append(request.command)
         try:
             log_fd = os.open(self.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: its account's only
@@ -706,9 +766,11 @@ class JobManager:
                     stderr=subprocess.STDOUT,
                     env=RUNNER_ENV,
                     cwd=cwd,
-                    start_new_session=True,  # own process group: killable as a whole, survives the agent
+                    start_new_session=True,  # own session: survives the agent; also one way to find its processes
                 )
         except OSError as exc:
+            if job.cgroup:
+                cgroups.remove(Path(job.cgroup))
             job.state, job.reason, job.ended_ts = "failed", f"could not start: {exc}", time.time()
             self._save(job)
             return job
@@ -734,17 +796,48 @@ class JobManager:
             job.stop_deadline_ts = now + grace  # a second, more impatient request may shorten the grace
             self._save(job)
 
-    def _signal(self, job: Job, sig: signal.Signals) -> None:
-        """Signal the job's whole process group, but only while its leader is provably still our job."""
-        if job.pid is None:
-            return
-        child = self._children.get(job.job_id)
-        if child is None and not procfs.same_process_alive(job.pid, job.proc_start):
+    def _make_cgroup(self, job: Job) -> None:
+        """Give the job its own cgroup (with the node's limits) when the agent has a root to make it in."""
+        if self.cgroup_root is None:
             return
         try:
-            os.killpg(job.pid, sig)
-        except (ProcessLookupError, PermissionError):
+            path, warnings = self.cgroup_root.create(
+                f"job-{job.mark or job.job_id}", self.job_memory_max, self.job_cpu_max
+            )
+        except OSError as exc:
+            print(f"npuportal-agent: job {job.job_id}: no cgroup ({exc}); tracking its processes", file=sys.stderr)
+            return
+        job.cgroup = str(path)
+        for warning in warnings:
+            print(f"npuportal-agent: job {job.job_id}: {warning}", file=sys.stderr, flush=True)
+
+    def processes(self, job: Job) -> dict[int, int]:
+        """Every live process of the job, ``{pid: start time}``: its cgroup's, its marked ones, its session's."""
+        leader_ours = job.pid is not None and (
+            job.job_id in self._children or procfs.same_process_alive(job.pid, job.proc_start)
+        )
+        # The session id stays allocated while any member lives, so members started after the job are ours.
+        session = job.pid if job.pid is not None and (leader_ours or job.proc_start is not None) else None
+        found = procfs.processes_of_job(job.mark, session, job.proc_start)  # no mark: a record of an older agent
+        if job.cgroup:
+            for pid in cgroups.procs(Path(job.cgroup)):
+                stat = procfs.read_stat(pid)
+                if stat is not None and stat.state not in ("Z", "X"):
+                    found[pid] = stat.start_ticks
+        return found
+
+    def _signal(self, job: Job, sig: signal.Signals) -> int:
+        """Signal every process of the job, each verified by its start time; returns how many were signalled.
+
+        SIGKILL of a job in a cgroup is one write to ``cgroup.kill`` (nothing can fork away meanwhile).
+        """
+        if sig == signal.SIGKILL and job.cgroup and cgroups.kill(Path(job.cgroup)):
             pass
+        count = 0
+        for pid, start in self.processes(job).items():
+            if procfs.signal_verified(pid, start, sig):
+                count += 1
+        return count
 
     # -- monitoring -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -817,24 +910,51 @@ class JobManager:
                     return False, None, None
             except ChildProcessError:
                 pass  # already reaped (Popen does so when it is collected); wait() below returns the status
-            try:
-                os.killpg(child.pid, signal.SIGKILL)  # whatever the command left behind in its group
-            except (ProcessLookupError, PermissionError):
-                pass
             returncode = child.wait()
             del self._children[job.job_id]
             code, ended = self._read_exit(job.job_id)
             if code is None:
                 code = returncode  # the wrapper itself was killed (SIGKILL): its own status is all we have
-            return True, code, ended or time.time()
-        if job.pid is not None and procfs.same_process_alive(job.pid, job.proc_start):
-            return False, None, None
-        code, ended = self._read_exit(job.job_id)
-        return True, code, ended
+            self._wrapper_ended(job, code, ended or time.time())
+        elif job.runner_ended_ts is None:
+            if job.pid is not None and procfs.same_process_alive(job.pid, job.proc_start):
+                return False, None, None
+            code, ended = self._read_exit(job.job_id)
+            self._wrapper_ended(job, code, ended)
+        return self._leftovers_gone(job)
+
+    def _wrapper_ended(self, job: Job, code: int | None, ended: float | None) -> None:
+        job.runner_status, job.runner_ended_ts = code, ended or time.time()
+        self._save(job)
+
+    def _leftovers_gone(self, job: Job) -> tuple[bool, int | None, float | None]:
+        """The wrapper has ended: the job ends once none of its processes is left (they are SIGKILLed)."""
+        now = time.time()
+        if self._signal(job, signal.SIGKILL):
+            if job.leftovers_since_ts is None:
+                job.leftovers_since_ts = now
+                self._save(job)
+            if now - job.leftovers_since_ts < UNKILLABLE_AFTER_S:
+                return False, None, None
+            left = len(self.processes(job))
+            print(f"npuportal-agent: job {job.job_id}: {left} process(es) survive SIGKILL", file=sys.stderr)
+        if job.cgroup:
+            job.oom_kills = cgroups.oom_kills(Path(job.cgroup))
+            cgroups.remove(Path(job.cgroup))
+        return True, job.runner_status, job.runner_ended_ts
 
     def _finalize(self, job: Job, code: int | None, ended: float | None) -> None:
         job.ended_ts = ended or time.time()
         job.exit_code = code
+        if job.cgroup:
+            cgroups.remove(Path(job.cgroup))  # usually gone already; a job adopted after a reboot's is too
+        try:
+            self._finalize_state(job, code)
+        finally:
+            job.exit_reason = exit_reason(job)
+            self._save(job)
+
+    def _finalize_state(self, job: Job, code: int | None) -> None:
         if job.stop_reason is not None:
             job.state = "killed"
             job.reason = job.stop_reason
@@ -849,7 +969,6 @@ class JobManager:
         else:
             job.state = "succeeded" if code == 0 else "failed"
             job.reason = _describe_exit(code)
-        self._save(job)
 
     def _prune(self, now: float) -> None:
         """Forget finished jobs older than the retention period, with their logs."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,69 @@ def find_pid_by_argument(needle: str) -> int | None:
             if stat is not None and stat.state not in ("Z", "X"):
                 return int(entry.name)
     return None
+
+
+MARK_VARIABLE = "NPUPORTAL_JOB_MARK"
+
+
+def processes_of_job(mark: str | None, session: int | None, since_ticks: int | None) -> dict[int, int]:
+    """Every live process of one job: ``{pid: kernel start time}``.
+
+    A process belongs to the job when its environment carries ``NPUPORTAL_JOB_MARK=<mark>`` (set by the
+    job's wrapper; a child that calls ``setsid`` or daemonises keeps it) or it is in the job's session
+    or process group ``session`` and started no earlier than the job (``since_ticks``). The mark is
+    unique per launch, so two agents on one machine with the same job id never take each other's.
+    """
+    needle = f"{MARK_VARIABLE}={mark}".encode() if mark else None
+    found: dict[int, int] = {}
+    try:
+        entries = [e.name for e in PROC.iterdir() if e.name.isdigit()]
+    except OSError:
+        return found
+    own = os.getpid()
+    for name in entries:
+        pid = int(name)
+        if pid == own:
+            continue
+        stat = read_stat(pid)
+        if stat is None or stat.state in ("Z", "X"):
+            continue
+        member = session is not None and session in (stat.session, stat.pgrp)
+        if member and since_ticks is not None and stat.start_ticks < since_ticks:
+            member = False
+        if not member and needle is not None:
+            try:
+                member = needle in (PROC / name / "environ").read_bytes().split(b"\0")
+            except OSError:
+                member = False
+        if member:
+            found[pid] = stat.start_ticks
+    return found
+
+
+def signal_verified(pid: int, start_ticks: int, sig: int) -> bool:
+    """Signal ``pid`` only if it is still the process that started at ``start_ticks`` (a reused pid is spared).
+
+    A pidfd pins the process between the check and the signal, so there is no window for reuse.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        stat = read_stat(pid)
+        if stat is None or stat.start_ticks != start_ticks:
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -5,8 +5,11 @@ restarted agent is no longer its parent and cannot ``wait()`` for it. This tiny 
 parent, so it always learns the real exit status and writes it to ``<state>/jobs/<id>.exit`` (atomically)
 for whichever agent is around to read it.
 
-It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the agent signals the whole
-process group, so the command gets the signal directly and the wrapper stays to record the outcome.
+It joins the job's cgroup (``--cgroup``) and marks the command's environment (``--mark``) before the
+command starts, so every process of the job can be found again, also one that left the session.
+
+It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the agent signals every
+process of the job, so the command gets the signal directly and the wrapper stays to record the outcome.
 SIGKILL still takes the wrapper down, and then no exit file exists, which the agent reports honestly.
 
 An agent running as root starts the wrapper as root and tells it the job's account (``--uid``,
@@ -121,9 +124,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", help="also append the command's output to this file (opened as --uid)")
     parser.add_argument("--wrapper", help="run WRAPPER /bin/sh -c COMMAND (a site's toolkit set-up)")
     parser.add_argument("--env-file", help="JSON object: the command's whole environment (read, then removed)")
+    parser.add_argument("--mark", help="value of NPUPORTAL_JOB_MARK for the command: how the agent finds its processes")
+    parser.add_argument("--cgroup", help="cgroup v2 directory to join before starting the command")
     parser.add_argument("command", help="shell command, run with /bin/sh -c")
     args = parser.parse_args(argv)
     os.umask(0o077)  # the exit file and anything else of the wrapper's: not for other accounts
+    if args.mark:
+        os.environ["NPUPORTAL_JOB_MARK"] = args.mark  # inherited by every child, setsid or not
+    if args.cgroup:
+        try:  # before any child exists, so all of them are born inside it
+            with open(os.path.join(args.cgroup, "cgroup.procs"), "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
+        except OSError as exc:
+            print(f"npuportal runner: cannot join cgroup {args.cgroup}: {exc}", file=sys.stderr, flush=True)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stay_alive)  # a Python handler, unlike SIG_IGN, is reset for the child on exec
     groups = [int(g) for g in args.groups.split(",") if g]
@@ -133,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(args.env_file, encoding="utf-8") as fh:
                 env = {str(k): str(v) for k, v in json.load(fh).items()}
             os.unlink(args.env_file)
+            if args.mark:  # the job's own environment carries the mark too: its processes are found by it
+                env["NPUPORTAL_JOB_MARK"] = args.mark
         except (OSError, ValueError, AttributeError) as exc:
             print(f"npuportal runner: cannot read the job's environment: {exc}", file=sys.stderr, flush=True)
             write_exit_status(args.exit_file, 126)

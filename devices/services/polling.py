@@ -565,6 +565,9 @@ def outcome(record: dict[str, Any]) -> tuple[int | None, str, str]:
     why = record.get("reason") or ""
     if state == "succeeded":
         return 0, "Completed", "exit code 0"
+    words = record.get("exit_reason")
+    if isinstance(words, str) and words.startswith("out of memory"):
+        return code, "OutOfMemory", f"on the agent: {words}"
     if state == "killed":
         if why == "walltime":
             return code, "Walltime", f"the agent stopped it at its maximum duration: {describe_exit(code)}"

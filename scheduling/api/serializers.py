@@ -12,7 +12,7 @@ from npuportal import api_fields as fields
 from quotas.models import posix_account
 from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.reason_text import reason_text
+from scheduling.reason_text import exit_reason, reason_text
 from scheduling.services.jobs import MAX_DURATION_S
 
 
@@ -55,6 +55,10 @@ class JobSerializer(serializers.ModelSerializer):
     submitter = serializers.CharField(source="submitter.username", read_only=True)
     vnpu_template = serializers.CharField(source="vnpu_template.name", default=None, read_only=True, allow_null=True)
     pending_reason_text = serializers.SerializerMethodField()
+    exit_reason = serializers.SerializerMethodField(
+        help_text="How the job ended, in words (exit code 3, killed by signal SIGKILL, cancelled...); "
+        "null while it has not ended"
+    )
 
     class Meta:
         model = Job
@@ -80,11 +84,15 @@ class JobSerializer(serializers.ModelSerializer):
             "estimated_start",
             "preempt_deadline",
             "exit_code",
+            "exit_reason",
             "retries",
             "array_id",
             "array_index",
         ]
         read_only_fields = fields
+
+    def get_exit_reason(self, obj: Job) -> str | None:
+        return exit_reason(str(obj.state), obj.exit_code)
 
     def get_pending_reason_text(self, obj: Job) -> str:
         return reason_text(obj.pending_reason) if obj.pending_reason else ""
@@ -201,6 +209,7 @@ def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
         "estimated_start": _when(job.estimated_start),
         "preempt_deadline": _when(job.preempt_deadline),
         "exit_code": job.exit_code,
+        "exit_reason": exit_reason(str(job.state), job.exit_code),
         "retries": job.retries,
         "array_id": job.array_id,
         "array_index": job.array_index,

@@ -15,7 +15,7 @@ from npuportal.api_pagination import InvalidCursor, Keyset
 from scheduling.api.views import JobPagination, visible_jobs
 from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
 from scheduling.models import Job
-from scheduling.reason_text import reason_text
+from scheduling.reason_text import exit_reason, reason_text
 
 #: Rows per page of the console's job list.
 JOB_LIST_PAGE = 100
@@ -62,10 +62,13 @@ def job_list_page(user: object, state: str | None, cursor: str | None) -> dict[s
 def job_live(job: Job, user: object) -> dict[str, Any]:
     """The parts of a job's page that change while it waits and runs: state, reason, devices, events."""
     viewer = Viewer.of(user)
+    events = list(events_of(job))
+    last_reason = max(events, key=lambda e: (e.recorded_at, e.pk)).reason if events else None
     return {
         "job": job,
         "allocations": job.allocations.select_related("device__node", "vnpu_template"),
-        "events": [(event, event_detail(event, viewer)) for event in events_of(job)],
+        "events": [(event, event_detail(event, viewer)) for event in events],
+        "exit_reason": exit_reason(str(job.state), job.exit_code, last_reason),
         "preempted_for": preempted_for_text(job, viewer) if job.preempt_deadline else "",
         "reason": reason_text(job.pending_reason) if job.pending_reason else "",
     }

@@ -1,0 +1,220 @@
+"""A real agent stops every process of a job on cancel, also a child that left with ``setsid``.
+
+Both ways the agent finds a job's processes run here: its own cgroup v2 (when this machine lets the
+agent make one; the test prints which ran) and, with ``--no-cgroups``, the environment mark plus the
+session. Exit reasons are checked in words on the agent's answer.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from devices.agent import cgroups
+
+ROOT = Path(__file__).resolve().parents[2]
+DAEMON = (
+    "import os,time\nif os.fork()==0:\n os.setsid()\n if os.fork()==0: time.sleep(600)\n os._exit(0)\ntime.sleep(600)"
+)
+#: A ``setsid`` child, a double-forked daemon in its own session, and the job's own process.
+SETSID_JOB = f"setsid sleep 600 & python3 -c '{DAEMON}' & sleep 600"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RealAgent:
+    def __init__(self, base: Path, *extra: str) -> None:
+        self.port = _free_port()
+        self.token = secrets.token_urlsafe(24)
+        token_file = base / "token"
+        token_file.write_text(self.token)
+        token_file.chmod(0o600)
+        self.log = base / "agent.log"
+        argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", f"127.0.0.1:{self.port}"]
+        argv += ["--token-file", str(token_file), "--state-dir", str(base / "state"), "--kill-grace", "1", *extra]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if self.call("GET", "/v1/health").status_code == 200:
+                    return
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError(self.log.read_text())
+
+    def call(self, method: str, path: str, body: Any = None) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return requests.request(method, f"http://127.0.0.1:{self.port}{path}", json=body, headers=headers, timeout=30)
+
+    def run(self, job_id: str, command: str, device: int = 0) -> dict[str, Any]:
+        resp = self.call("POST", "/v1/jobs", {"job_id": job_id, "command": command, "devices": [device]})
+        assert resp.status_code == 201, resp.text
+        return resp.json()
+
+    def wait_ended(self, job_id: str, timeout: float = 20) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = self.call("GET", f"/v1/jobs/{job_id}").json()
+            if record["state"] not in ("running", "stopping"):
+                return record
+            time.sleep(0.1)
+        raise AssertionError(f"job {job_id} never ended: {record}")
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=20)
+
+
+def marked(mark: str) -> list[int]:
+    """Pids whose environment carries the job's mark (a scan of /proc, independent of the agent)."""
+    needle = f"NPUPORTAL_JOB_MARK={mark}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    stat = (entry / "stat").read_text()
+                    if stat[stat.rfind(")") + 2] not in "ZX":
+                        pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _sessions(pids: list[int]) -> set[int]:
+    found = set()
+    for pid in pids:
+        try:
+            found.add(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _record(base: Path, job_id: str) -> dict[str, Any]:
+    import json
+
+    return json.loads((base / "state" / "jobs" / f"{job_id}.json").read_text())
+
+
+def _wait_for(condition: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.1)
+
+
+def _cancel_setsid_job(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    agent = RealAgent(tmp_path, "--stop-jobs-on-exit", *extra)
+    try:
+        agent.run("setsid-job", SETSID_JOB)
+        mark = _record(tmp_path, "setsid-job")["mark"]
+        _wait_for(lambda: len(_sessions(marked(mark))) >= 3)  # the job's, setsid sleep's, the daemon's
+        before = marked(mark)
+        sessions = _sessions(before)
+        assert len(sessions) >= 3, f"the job's children did not leave its session: {sessions}"
+        stopped = agent.call("DELETE", "/v1/jobs/setsid-job?wait=30").json()
+        assert stopped["state"] == "killed", stopped
+        assert marked(mark) == [], f"processes of the job survived its cancel: {marked(mark)}"
+        for pid in before:
+            assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"
+        return stopped, _record(tmp_path, "setsid-job"), agent.log.read_text()
+    finally:
+        agent.close()
+
+
+def test_cancel_stops_setsid_children_in_the_jobs_cgroup(tmp_path: Path) -> None:
+    stopped, record, log = _cancel_setsid_job(tmp_path)
+    assert stopped["exit_reason"] == "cancelled"
+    root, why = cgroups.detect()
+    if root is None:
+        print(f"cgroup path unavailable here ({why}): the fallback ran")
+        assert record["cgroup"] is None and "process tracking" in log
+        return
+    print(f"cgroup path ran: {record['cgroup']}")
+    assert record["cgroup"] and stopped["cgroup"] is True
+    assert not Path(record["cgroup"]).exists(), "the job's cgroup is removed once empty"
+
+
+def test_cancel_stops_setsid_children_by_tracking(tmp_path: Path) -> None:
+    print("fallback ran: --no-cgroups (environment mark and session)")
+    stopped, record, log = _cancel_setsid_job(tmp_path, "--no-cgroups")
+    assert record["cgroup"] is None and "process tracking" in log
+    assert stopped["exit_reason"] == "cancelled"
+
+
+def test_exit_reasons_in_words(tmp_path: Path) -> None:
+    agent = RealAgent(tmp_path, "--stop-jobs-on-exit")
+    try:
+        agent.run("three", "exit 3")
+        agent.run("nine", "kill -KILL $$", 1)
+        agent.run("long", "sleep 60", 2)
+        assert agent.wait_ended("three")["exit_reason"] == "exit code 3"
+        assert agent.wait_ended("nine")["exit_reason"] == "killed by signal SIGKILL"
+        stopped = agent.call("DELETE", "/v1/jobs/long?wait=30&reason=walltime").json()
+        assert stopped["exit_reason"] == "walltime exceeded"
+    finally:
+        agent.close()
+
+
+def test_a_daemon_left_by_a_finished_job_is_stopped_with_it(tmp_path: Path) -> None:
+    agent = RealAgent(tmp_path, "--no-cgroups")
+    try:
+        agent.run("leaves", "setsid sleep 600 > /dev/null 2>&1 < /dev/null & exit 0")
+        record = agent.wait_ended("leaves")
+        assert record["state"] == "succeeded" and record["exit_reason"] == "exit code 0"
+        assert marked(_record(tmp_path, "leaves")["mark"]) == []
+    finally:
+        agent.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to read other processes' environments")
+def test_the_mark_is_unique_per_launch(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    agent = RealAgent(tmp_path / "a", "--stop-jobs-on-exit")
+    try:
+        agent.run("same", "sleep 60")
+        mark = _record(tmp_path / "a", "same")["mark"]
+        assert mark.startswith("same.") and len(mark) > len("same.")
+    finally:
+        agent.close()
+
+
+def test_memory_sizes_read_as_cgroup_sizes() -> None:
+    assert cgroups.parse_bytes("64G") == 64 * 1024**3
+    assert cgroups.parse_bytes("512M") == 512 * 1024**2
+    assert cgroups.parse_bytes("1048576") == 1048576
+    with pytest.raises(ValueError, match="not a size"):
+        cgroups.parse_bytes("lots")
+
+
+def test_limits_without_cgroups_are_no_ops_with_a_warning(tmp_path: Path) -> None:
+    agent = RealAgent(tmp_path, "--no-cgroups", "--job-memory-max", "64G", "--job-cpu-max", "4")
+    try:
+        assert "--job-memory-max and --job-cpu-max have no effect" in agent.log.read_text()
+    finally:
+        agent.close()
+
+
+def test_a_bad_memory_limit_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(secrets.token_urlsafe(24))
+    argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", "127.0.0.1:0"]
+    argv += ["--token-file", str(tmp_path / "token"), "--state-dir", str(tmp_path / "s"), "--job-memory-max", "lots"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "--job-memory-max" in done.stderr
