@@ -528,10 +528,13 @@ class EasyBaseline(FifoBaseline):
         head: JobState | None = None
         shadow = math.inf
         reserved: frozenset[int] = frozenset()
+        # Cards only get fewer during a call: once ``n`` cards of a shape did not fit (anywhere, or
+        # off the reserved cards), no later job of that shape with ``n`` or more fits either.
+        no_fit: dict[tuple[str | None, str | None], int] = {}
+        no_fit_off: dict[tuple[str | None, str | None], int] = {}
         for job in self.queue.values():
             if occ.devices_with_room <= 0:
-                out.waiting[job.id] = Wait("Resources", "EASY backfill: no free card")
-                continue
+                break  # nothing more can start; the rest keep their place in line
             if head is None:
                 slots = self._place(job)
                 if slots is not None:
@@ -544,11 +547,19 @@ class EasyBaseline(FifoBaseline):
                 shadow, reserved = res[1], res[2]
                 out.waiting[job.id] = Wait("Resources", "EASY backfill: first in line, cards reserved")
                 continue
+            shape = (job.chip_model, job.vnpu_template)
+            n = job.num_devices
             slots = None
-            if now + job.estimated_duration_s <= shadow + _EPS:
+            if n >= no_fit.get(shape, math.inf):
+                pass
+            elif now + job.estimated_duration_s <= shadow + _EPS:
                 slots = self._place(job)  # ends before the reserved cards are needed
-            else:
+                if slots is None:
+                    no_fit[shape] = n
+            elif n < no_fit_off.get(shape, math.inf):
                 slots = self._place_avoiding(job, reserved)
+                if slots is None:
+                    no_fit_off[shape] = n
             if slots is None:
                 out.waiting[job.id] = Wait("Resources", "EASY backfill: behind the first job in line")
                 continue
