@@ -815,11 +815,11 @@ class Simulation:
 
             self.decide_fn = decide
         #: A fixed reference scheduler: no quotas checked, no fair-share usage, no preemption.
-        self.reference = fifo = baseline is not None
-        self.check_quota = check_quota and not fifo
+        self.reference = reference = baseline is not None
+        self.check_quota = check_quota and not reference
         self.clock = PolicyClock(policy)
         all_teams = [*policy.teams.values(), policy.defaults]
-        self.may_preempt = not fifo and (
+        self.may_preempt = not reference and (
             any(pc.preempts for pc in policy.priority_classes)
             or any(tp.quota.guaranteed for tp in all_teams)
             or any(s.quota.get("guaranteed") for tp in all_teams for s in tp.schedules)
@@ -882,7 +882,7 @@ class Simulation:
         self.last_waiting: dict[int, Wait] = {}
         self.done = 0
         self.now = 0.0
-        self.estimates_every = estimates_every if not fifo else 0.0
+        self.estimates_every = estimates_every if not reference else 0.0
         self.next_estimate = -math.inf
         self.estimate_passes = 0
         self.estimate_s = 0.0
