@@ -1,7 +1,7 @@
 """Replay a job trace through the scheduling core: ``python -m scheduling.simulate``.
 
     python -m scheduling.simulate --trace T.csv --cluster C.yaml --policy P.yaml \\
-        [--baseline fifo] [--start 2021-03-04T00:00:00+00:00] [--quiet] --out metrics.json
+        [--baseline fifo,easy] [--start 2021-03-04T00:00:00+00:00] [--quiet] --out metrics.json
 
 Exit codes: 0 done, 2 unusable input (the message names the file and field),
 1 the core returned a decision the cluster cannot carry out. See ``docs/simulator.md``.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from scheduling.engine.policy import DEVICES, Policy, chip_resource, parse_policy
-from scheduling.engine.simulator import DEFAULT_START, SimulationError, run_simulation
+from scheduling.engine.simulator import BASELINES, DEFAULT_START, SimulationError, parse_baselines, run_simulation
 from scheduling.engine.traces import ClusterSpec, InputError, load_cluster, load_trace
 
 
@@ -102,6 +102,15 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
         writer.writerows(rows)
 
 
+def _parse_baselines(text: str) -> list[str]:
+    try:
+        names = parse_baselines(text)
+    except ValueError:
+        bad = next(n.strip() for n in text.split(",") if n.strip() not in BASELINES)
+        raise argparse.ArgumentTypeError(f"invalid choice: {bad!r} (choose from {', '.join(BASELINES)})") from None
+    return names
+
+
 def _parse_class_map(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -120,7 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", required=True, help="trace CSV (job_id,submit_time_s,duration_s,num_devices,...)")
     parser.add_argument("--cluster", required=True, help="cluster YAML (nodeGroups, vnpuTemplates)")
     parser.add_argument("--policy", required=True, help="SchedulingPolicy YAML")
-    parser.add_argument("--baseline", choices=["fifo"], help="also replay under strict FIFO and compare")
+    parser.add_argument(
+        "--baseline",
+        type=_parse_baselines,
+        metavar="NAME[,NAME]",
+        help="also replay under these fixed references and compare: fifo (strict first-come first-served), "
+        "easy (EASY backfill); e.g. fifo,easy",
+    )
     parser.add_argument("--out", required=True, help="where to write metrics JSON ('-' for stdout)")
     parser.add_argument(
         "--start",
@@ -166,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"error: --class-map: policy {policy.name!r} has no priority class {unknown[0]!r}\n")
         return 2
     show = not args.quiet and err.isatty()
-    bars = iter([ProgressBar(err, "policy", show), ProgressBar(err, "fifo", show)])
+    bars = iter([ProgressBar(err, "policy", show), *(ProgressBar(err, name, show) for name in args.baseline or [])])
     current = [next(bars)]
 
     def progress(done: int, total: int) -> None:

@@ -38,7 +38,7 @@ import heapq
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -85,6 +85,9 @@ SKIP_NO_DEVICES = "no_devices"
 SKIP_UNKNOWN_CLASS = "unknown_priority_class"
 #: A job the engine's feasibility rule says can never run here (the API refuses it at submission).
 SKIP_NEVER_RUNNABLE = "never_runnable"
+
+#: The fixed reference schedulers a replay can be compared with (``baseline=``, ``--baseline``).
+BASELINES = ("fifo", "easy")
 
 
 class SimulationError(RuntimeError):
@@ -492,6 +495,138 @@ class FifoBaseline:
         return (Slot(fallback, t.name),) if fallback is not None else None
 
 
+class EasyBaseline(FifoBaseline):
+    """EASY backfill: FIFO order, one reservation for the first blocked job, backfill around it.
+
+    Jobs are taken in submission order and placed as :class:`FifoBaseline` places
+    them. The first job that does not fit now gets a reservation: its *shadow
+    time* is the earliest estimated end of running jobs after which the FIFO
+    placement finds room for it, and the cards that placement picks then are its
+    reserved cards. Every later job starts now if it fits now and either ends (by
+    its estimate) by the shadow time or fits without touching a reserved card.
+    No priorities, quotas, fair share or preemption: a fixed reference, like FIFO.
+
+    The shadow is found by giving the running jobs' cards back to the simulator's
+    :class:`Occupancy` in order of estimated end until the job fits, then taking
+    them again, so it sees exactly the placement rules of the starts.
+    """
+
+    def __init__(self, occupancy: Occupancy, queue: Mapping[int, JobState], running: OrderedJobs) -> None:
+        super().__init__(occupancy, queue)
+        self.running = running
+        #: The reservation of the last call: (job id, shadow time, reserved device ids). It stays
+        #: valid until a run ends (backfilled jobs never delay it), so it is kept until then.
+        self.reservation: tuple[int, float, frozenset[int]] | None = None
+
+    def __call__(self, snapshot: Snapshot) -> Decisions:
+        out = Decisions()
+        occ = self.occ
+        now = snapshot.now.timestamp()
+        if snapshot.running_delta is None or snapshot.running_delta.ended:
+            self.reservation = None  # cards came back: the shadow may be earlier
+        taken: list[tuple[JobState, tuple[Slot, ...]]] = []
+        head: JobState | None = None
+        shadow = math.inf
+        reserved: frozenset[int] = frozenset()
+        # Cards only get fewer during a call: once ``n`` cards of a shape did not fit (anywhere, or
+        # off the reserved cards), no later job of that shape with ``n`` or more fits either.
+        no_fit: dict[tuple[str | None, str | None], int] = {}
+        no_fit_off: dict[tuple[str | None, str | None], int] = {}
+        for job in self.queue.values():
+            if occ.devices_with_room <= 0:
+                break  # nothing more can start; the rest keep their place in line
+            if head is None:
+                slots = self._place(job)
+                if slots is not None:
+                    self._start_now(job, slots, out, taken)
+                    continue
+                head = job
+                res = self.reservation
+                if res is None or res[0] != job.id:
+                    res = self.reservation = (job.id, *self._shadow(job, now))
+                shadow, reserved = res[1], res[2]
+                out.waiting[job.id] = Wait("Resources", "EASY backfill: first in line, cards reserved")
+                continue
+            shape = (job.chip_model, job.vnpu_template)
+            n = job.num_devices
+            slots = None
+            if n >= no_fit.get(shape, math.inf):
+                pass
+            elif now + job.estimated_duration_s <= shadow + _EPS:
+                slots = self._place(job)  # ends before the reserved cards are needed
+                if slots is None:
+                    no_fit[shape] = n
+            elif n < no_fit_off.get(shape, math.inf):
+                slots = self._place_avoiding(job, reserved)
+                if slots is None:
+                    no_fit_off[shape] = n
+            if slots is None:
+                out.waiting[job.id] = Wait("Resources", "EASY backfill: behind the first job in line")
+                continue
+            self._start_now(job, slots, out, taken)
+        for job, slots in taken:  # the simulator applies the starts itself
+            saved = job.slots
+            job.slots = slots
+            occ.give_back(job)
+            job.slots = saved
+        if head is None:
+            self.reservation = None
+        return out
+
+    def _start_now(
+        self,
+        job: JobState,
+        slots: tuple[Slot, ...],
+        out: Decisions,
+        taken: list[tuple[JobState, tuple[Slot, ...]]],
+    ) -> None:
+        out.starts.append(Start(job.id, slots))
+        self.occ.take(job, slots)  # reserve now so the next job sees it; undone at the end of the call
+        taken.append((job, slots))
+
+    def _shadow(self, job: JobState, now: float) -> tuple[float, frozenset[int]]:
+        """When and on which cards ``job`` could start if running jobs end as estimated.
+
+        ``(inf, {})`` if it does not fit even on the empty cluster (no reservation: later
+        jobs are not held back by a job that can never start under this placement).
+        """
+        occ = self.occ
+
+        def est_end(js: JobState) -> float:
+            started = js.started_at if js.started_at is not None else now
+            return max(started + (js.estimated_duration_s or 0.0), now)
+
+        released: list[JobState] = []
+        found: tuple[float, frozenset[int]] = (math.inf, frozenset())
+        try:
+            for js in sorted(self.running.items, key=est_end):
+                occ.give_back(js)
+                released.append(js)
+                slots = self._place(job)
+                if slots is not None:
+                    found = (est_end(js), frozenset(s.device_id for s in slots))
+                    break
+        finally:
+            for js in reversed(released):
+                occ.take(js, js.slots)
+        return found
+
+    def _place_avoiding(self, job: JobState, reserved: frozenset[int]) -> tuple[Slot, ...] | None:
+        """The FIFO placement of ``job`` with the reserved cards' free capacity masked out."""
+        occ = self.occ
+        masked: list[tuple[int, int, int, int]] = []
+        for dev in reserved:
+            if occ.free_cores[dev] > 0 or occ.free_mem[dev] > 0:
+                room = (dev, occ.free_cores[dev], occ.free_mem[dev], occ.free_cpus[dev])
+                occ._use(*room)
+                masked.append(room)
+        try:
+            return self._place(job)
+        finally:
+            for room in reversed(masked):
+                occ._free(*room)
+
+
 # --- usage meters -----------------------------------------------------------------------------
 
 
@@ -628,6 +763,7 @@ class Simulation:
         *,
         decide_fn: DecideFn | None = None,
         fifo: bool = False,
+        baseline: str | None = None,
         epoch: float = DEFAULT_START.timestamp(),
         progress: ProgressFn | None = None,
         check_quota: bool = True,
@@ -635,6 +771,9 @@ class Simulation:
         estimates_every: float = 0.0,
     ) -> None:
         """``promises=False`` does not hand the core's promises back (what a caller without them gets).
+
+        ``baseline`` (one of :data:`BASELINES`) replays under that fixed reference scheduler
+        instead of ``decide``; ``fifo=True`` is ``baseline="fifo"``.
 
         ``estimates_every`` > 0: every that many simulated seconds, the first decide
         after it is followed by the tick's planning pass (``estimate.estimate_starts``,
@@ -656,20 +795,31 @@ class Simulation:
         #: Cards promised to waiting jobs by the last decide, handed back to the next (``Snapshot.promises``).
         self.promises: dict[int, Promise] = {}
         self.keep_promises = promises
-        self.fifo_baseline = FifoBaseline(self.occ, self.pending) if fifo else None
+        self.running_list = OrderedJobs()
+        if fifo:
+            baseline = "fifo"
+        if baseline is not None and baseline not in BASELINES:
+            raise ValueError(f"unknown baseline {baseline!r} (known: {', '.join(BASELINES)})")
+        #: Which scheduler decides: ``"engine"`` or the name of a baseline.
+        self.scheduler = baseline or "engine"
+        self.fifo_baseline = FifoBaseline(self.occ, self.pending) if baseline == "fifo" else None
+        self.easy_baseline = EasyBaseline(self.occ, self.pending, self.running_list) if baseline == "easy" else None
         if self.fifo_baseline is not None:
             self.decide_fn: DecideFn = self.fifo_baseline
+        elif self.easy_baseline is not None:
+            self.decide_fn = self.easy_baseline
         elif decide_fn is not None:
             self.decide_fn = decide_fn
         else:
             from scheduling.engine.decide import decide
 
             self.decide_fn = decide
-        self.fifo = fifo
-        self.check_quota = check_quota and not fifo
+        #: A fixed reference scheduler: no quotas checked, no fair-share usage, no preemption.
+        self.reference = reference = baseline is not None
+        self.check_quota = check_quota and not reference
         self.clock = PolicyClock(policy)
         all_teams = [*policy.teams.values(), policy.defaults]
-        self.may_preempt = not fifo and (
+        self.may_preempt = not reference and (
             any(pc.preempts for pc in policy.priority_classes)
             or any(tp.quota.guaranteed for tp in all_teams)
             or any(s.quota.get("guaranteed") for tp in all_teams for s in tp.schedules)
@@ -678,7 +828,6 @@ class Simulation:
         #: ``self.pending`` (set above): pending jobs in queue order (submission, requeues at the end).
         #: The same jobs as the lists handed to every snapshot, kept in place (no copy per event).
         self.pending_list = JobList()
-        self.running_list = OrderedJobs()
         #: What changed in ``running_list`` since the last snapshot (see ``RunningDelta``): runs
         #: the core saw end, runs it has not seen yet; the last snapshot's delta version.
         self.delta_ended: dict[int, JobState] = {}
@@ -710,6 +859,12 @@ class Simulation:
         self.window_active: set[str] = set()
         self.jain: list[float] = []
         self.windows = 0
+        # backlogged fairness: Jain's index of the current holdings among teams with waiting jobs,
+        # integrated over time (``_advance``); recomputed only after the holdings or the queue changed
+        self.backlog_dirty = True
+        self.backlog_index: float | None = None
+        self.backlog_integral = 0.0
+        self.backlog_s = 0.0
 
         # quota overrun
         self.over: dict[str, float] = {}  # team -> device units above max, since ``over_since``
@@ -727,7 +882,7 @@ class Simulation:
         self.last_waiting: dict[int, Wait] = {}
         self.done = 0
         self.now = 0.0
-        self.estimates_every = estimates_every if not fifo else 0.0
+        self.estimates_every = estimates_every if not reference else 0.0
         self.next_estimate = -math.inf
         self.estimate_passes = 0
         self.estimate_s = 0.0
@@ -839,7 +994,7 @@ class Simulation:
                 pending=self.pending_list.items,
                 running=self.running_list.items,
                 templates=self.templates,
-                usage=self.fair_usage.snapshot(t) if not self.fifo else {},
+                usage=self.fair_usage.snapshot(t) if not self.reference else {},
                 month_device_hours=self._month_hours(t) if self.clock.monthly else {},
                 inventory_key=self.inventory_key,
                 running_delta=self._running_delta(),
@@ -954,6 +1109,7 @@ class Simulation:
         self.team_pending[js.team] += 1
         self.window_active.add(js.team)
         self.team_stats[js.team].jobs += 1
+        self.backlog_dirty = True
 
     def _start(self, sj: SimJob, slots: tuple[Slot, ...], t: float) -> None:
         js = sj.state
@@ -1028,6 +1184,7 @@ class Simulation:
             self.team_pending[js.team] += 1
             self.window_active.add(js.team)
             self.n_requeued += 1
+            self.backlog_dirty = True
 
     def _rate(self, sj: SimJob, delta: float, t: float) -> None:
         js = sj.state
@@ -1035,6 +1192,7 @@ class Simulation:
         self.team_use.add(js.team, delta, t)
         self.fair_usage.add((js.team, js.user), delta, t)
         self.team_units[js.team] += delta
+        self.backlog_dirty = True
         self.team_chip_units[(js.team, sj.chip)] += delta
 
     # -- quota ---------------------------------------------------------------------------------
@@ -1076,11 +1234,30 @@ class Simulation:
     # -- time and fairness windows -------------------------------------------------------------
 
     def _advance(self, t: float) -> None:
+        if self.backlog_dirty:
+            self.backlog_index = self._backlogged_index()
+            self.backlog_dirty = False
+        if self.backlog_index is not None and t > self.now:
+            self.backlog_integral += self.backlog_index * (t - self.now)
+            self.backlog_s += t - self.now
         if self.over:
             self.overrun_device_s += sum(self.over.values()) * (t - self.now)
         while t >= self.window_start + FAIRNESS_WINDOW_S:
             self._close_window(self.window_start + FAIRNESS_WINDOW_S)
         self.now = t
+
+    def _backlogged_index(self) -> float | None:
+        """Jain's index, among the teams with a waiting job now, of cards held ÷ entitled fraction.
+
+        ``None`` (the instant does not count) with fewer than two such teams (with an
+        entitlement) or when none of them holds a card.
+        """
+        entitled = self.entitled
+        backlogged = [team for team, n in self.team_pending.items() if n > 0 and entitled.get(team, 0.0) > 0]
+        if len(backlogged) < 2:
+            return None
+        units = self.team_units
+        return jain_index([max(units[team], 0.0) / entitled[team] for team in backlogged])
 
     def _open_window(self, t: float) -> None:
         self.window_start = t
@@ -1161,8 +1338,8 @@ class Simulation:
             }
         jain_sorted = sorted(self.jain)
         return {
-            "scheduler": "fifo" if self.fifo else "engine",
-            "policy": self.policy.name if not self.fifo else None,
+            "scheduler": self.scheduler,
+            "policy": self.policy.name if not self.reference else None,
             "jobs": {
                 "eligible": len(self.jobs),
                 "started": self.n_started,
@@ -1189,6 +1366,8 @@ class Simulation:
                 "jain_mean": round(sum(self.jain) / len(self.jain), 6) if self.jain else None,
                 "jain_p10": round(_percentile(jain_sorted, 10), 6) if jain_sorted else None,
                 "jain_min": round(jain_sorted[0], 6) if jain_sorted else None,
+                "backlogged": round(self.backlog_integral / self.backlog_s, 6) if self.backlog_s > 0 else None,
+                "backlogged_s": round(self.backlog_s, 3),
             },
             "quota": {
                 "checked": self.check_quota,
@@ -1311,7 +1490,7 @@ def run_simulation(
     cluster: ClusterSpec | Mapping[str, Any],
     policy: Policy,
     *,
-    baseline: str | None = None,
+    baseline: str | Sequence[str] | None = None,
     progress: ProgressFn | None = None,
     start: datetime = DEFAULT_START,
     class_map: Mapping[str, str] | None = None,
@@ -1324,19 +1503,22 @@ def run_simulation(
 
     Returns ``{"input": {...}, "policy": metrics}``; with ``baseline="fifo"``
     also ``"baseline"`` (the same jobs under strict FIFO) and ``"comparison"``
-    (:func:`compare` of policy against baseline). ``progress`` is called as
-    ``progress(done_jobs, total_jobs)``; with a baseline the two runs report in
-    turn. ``start`` is the wall-clock time of trace second 0 (time-of-day quotas and
+    (:func:`compare` of policy against baseline). ``baseline`` may name several of
+    :data:`BASELINES` (a list, or ``"fifo,easy"``): ``"baseline"`` and ``"comparison"``
+    are then the first one's, and ``"baselines"`` / ``"comparisons"`` hold every one by
+    name (a single baseline adds neither, so ``baseline="fifo"`` reads as it always did).
+    ``progress`` is called as ``progress(done_jobs, total_jobs)``; with baselines the
+    runs report in turn. ``start`` is the wall-clock time of trace second 0 (time-of-day quotas and
     monthly budgets follow it). ``class_map`` gives rows without a ``priority_class``
     one by tenant. ``job_records`` adds ``"job_records": {"policy": [...], "baseline": [...]}``,
-    one dict per job (:meth:`Simulation.job_records`). ``decide_fn`` replaces the core (tests only);
+    one dict per job (:meth:`Simulation.job_records`; a further baseline's under ``"baseline-<name>"``).
+    ``decide_fn`` replaces the core (tests only);
     ``promises=False`` drops the promises ``decide`` returns instead of handing them back
     (``snapshot.Promise``; for comparing with a core that has none). ``estimates_every`` > 0
     samples the planning pass of estimated starts and adds ``"estimates"`` to the metrics
     (see :class:`Simulation`).
     """
-    if baseline not in (None, "fifo"):
-        raise ValueError(f"unknown baseline {baseline!r} (known: fifo)")
+    names = parse_baselines(baseline)
     rows = normalise_rows(trace_rows)
     spec = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     epoch = start.timestamp()
@@ -1365,16 +1547,37 @@ def run_simulation(
     )
     out["policy"] = _with_input(sim.run(), info)
     records = {"policy": sim.job_records()} if job_records else {}
-    if baseline == "fifo":
+    runs: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(names):
         fresh, _ = prepare_jobs(rows, spec, policy, epoch, class_map)
-        fifo = Simulation(fresh, spec, policy, fifo=True, epoch=epoch, progress=progress)
-        out["baseline"] = _with_input(fifo.run(), info)
-        out["comparison"] = compare(out["baseline"], out["policy"])
+        ref = Simulation(fresh, spec, policy, baseline=name, epoch=epoch, progress=progress)
+        runs[name] = _with_input(ref.run(), info)
         if job_records:
-            records["baseline"] = fifo.job_records()
+            records["baseline" if i == 0 else f"baseline-{name}"] = ref.job_records()
+    if names:
+        out["baseline"] = runs[names[0]]
+        out["comparison"] = compare(out["baseline"], out["policy"])
+    if len(names) > 1:
+        out["baselines"] = runs
+        out["comparisons"] = {name: compare(m, out["policy"]) for name, m in runs.items()}
     if job_records:
         out["job_records"] = records
     return out
+
+
+def parse_baselines(baseline: str | Sequence[str] | None) -> list[str]:
+    """Baseline names from ``"fifo,easy"`` or a list, in order, each once; ``ValueError`` names an unknown one."""
+    if baseline is None:
+        return []
+    items = baseline.split(",") if isinstance(baseline, str) else list(baseline)
+    names: list[str] = []
+    for item in items:
+        name = item.strip()
+        if name not in BASELINES:
+            raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINES)})")
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def _with_input(metrics: dict[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
@@ -1430,12 +1633,15 @@ def _diff(a: Any, b: Any) -> dict[str, Any]:
 
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_START",
+    "EasyBaseline",
     "FifoBaseline",
     "Simulation",
     "SimulationError",
     "compare",
     "jain_index",
+    "parse_baselines",
     "prepare_jobs",
     "run_simulation",
 ]
