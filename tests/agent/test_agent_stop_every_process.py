@@ -47,6 +47,7 @@ class RealAgent:
         self.log = base / "agent.log"
         argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", f"127.0.0.1:{self.port}"]
         argv += ["--token-file", str(token_file), "--state-dir", str(base / "state"), "--kill-grace", "1", *extra]
+        argv += ["--jobs-as-agent", "--allow-root-jobs"]  # the jobs carry no account: run them as the agent
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15

@@ -21,7 +21,10 @@ import pytest
 from tests.agent.test_agent_http import Agent, run_agent_cli
 
 #: What a job's ``env`` may print: the documented set (docs/agent.md#environment) and what sh adds itself.
-DOCUMENTED = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "NPUPORTAL_JOB_ID", "NPUPORTAL_TEAM"}
+DOCUMENTED = {
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "NPUPORTAL_JOB_ID", "NPUPORTAL_TEAM",
+    "NPUPORTAL_JOB_MARK",  # how the agent finds the job's processes (docs/agent.md, "Stopping a job")
+}  # fmt: skip
 SHELL_OWN = {"PWD", "SHLVL", "_", "OLDPWD"}
 AGENT_SECRETS = {
     "DATABASE_URL": "postgres://secret@db/npuportal",
