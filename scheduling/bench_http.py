@@ -113,7 +113,7 @@ def _history(count: int, seed: int) -> None:
     cols = (
         "team_id, submitter_id, name, command, priority_class, num_devices, chip_model, estimated_duration_s, "
         "state, submitted_at, started_at, ended_at, pending_reason, pending_detail, retries, launched, "
-        "agent_job_id, array_id"
+        "agent_job_id, array_id, env, cwd, output"
     )
     span = 60 * 86400.0
     offsets = sorted((rng.random() * span for _ in range(count)), reverse=True)
@@ -128,6 +128,7 @@ def _history(count: int, seed: int) -> None:
         return (
             team_id, user_id, f"hist-{i}", "python train.py", rng.choice(classes), rng.choice((1, 1, 2, 4, 8)),
             rng.choice(chips), 3600, state, submitted, started, ended, reason, "", 0, state == "running", "", "",
+            "{}", "", "",
         )  # fmt: skip
 
     table = Job._meta.db_table
@@ -139,7 +140,7 @@ def _history(count: int, seed: int) -> None:
             cursor.execute("ANALYZE")
         return
     adapt = connection.ops.adapt_datetimefield_value
-    marks = ", ".join(["%s"] * 18)
+    marks = ", ".join(["%s"] * 21)
     with transaction.atomic(), connection.cursor() as cursor:
         rows = [tuple(adapt(v) if isinstance(v, datetime) else v for v in row(i, a)) for i, a in enumerate(offsets)]
         for start in range(0, len(rows), 20000):

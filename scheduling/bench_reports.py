@@ -111,7 +111,7 @@ def _insert(jobs: list, records: list, ids: dict[str, Any]) -> None:
     job_cols = (
         "id, team_id, submitter_id, name, command, priority_class, num_devices, chip_model, estimated_duration_s, "
         "state, submitted_at, started_at, ended_at, pending_reason, pending_detail, retries, launched, agent_job_id, "
-        "array_id"
+        "array_id, env, cwd, output"
     )
     rec_cols = (
         "allocation_id, month, team_id, user_id, job_id, chip_model, vnpu_template, device_share, priority_class, "
@@ -122,7 +122,7 @@ def _insert(jobs: list, records: list, ids: dict[str, Any]) -> None:
         job_id, team, pclass, submitted, started = j
         return (
             job_id, ids["teams"][team], ids["users"][team], f"bench-{job_id}", "true", pclass, 1, "", 3600,
-            "completed", submitted, started, started + timedelta(hours=1), "", "", 0, True, "", "",
+            "completed", submitted, started, started + timedelta(hours=1), "", "", 0, True, "", "", "{}", "", "",
         )  # fmt: skip
 
     def rec_row(r: tuple) -> tuple:
@@ -153,7 +153,7 @@ def _insert(jobs: list, records: list, ids: dict[str, Any]) -> None:
         return tuple(adapt(v) if isinstance(v, datetime) else v for v in row)
 
     with transaction.atomic(), connection.cursor() as cursor:
-        marks = ", ".join(["%s"] * 19)
+        marks = ", ".join(["%s"] * 22)
         for i in range(0, len(jobs), 20000):
             cursor.executemany(
                 f"INSERT INTO {job_table} ({job_cols}) VALUES ({marks})",
