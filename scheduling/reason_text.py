@@ -57,12 +57,16 @@ def exit_reason(state: str, exit_code: int | None, end_reason: str | None = None
     if exit_code is None:
         return "no exit status"
     if exit_code < 0:
-        try:
-            name = signal.Signals(-exit_code).name
-        except ValueError:
-            name = f"signal {-exit_code}"
-        return f"killed by signal {name}"
+        return f"killed by signal {signal_name(-exit_code)}"
     return f"exit code {exit_code}"
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 99`` for a number with no name (the one rule of every exit text)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def reason_text(code: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import re
-import signal
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ from devices.services import inventory, rendezvous
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
 from quotas.models import posix_account
 from scheduling.models import Allocation, Job, JobEvent
+from scheduling.reason_text import signal_name
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +105,7 @@ def describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit status"
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name} (exit code {code})"
+        return f"killed by {signal_name(-code)} (exit code {code})"
     return f"exit code {code}"
 
 
