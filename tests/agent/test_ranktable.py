@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from devices.agent.ranktable import (
     rank_table_ranks,
     sim_device_ips,
 )
-from devices.agent.rendezvous import RendezvousService, parse_port_range, parse_rendezvous
+from devices.agent.rendezvous import RendezvousService, _bindable, parse_port_range, parse_rendezvous
 from devices.agent.sim import SimBackend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hccn"
@@ -149,13 +151,28 @@ def test_port_range_flag() -> None:
             parse_port_range(bad)
 
 
+@contextlib.contextmanager
+def _listening_beside_a_free_port() -> Iterator[int]:
+    """A port something listens on whose next port is free now.
+
+    The ephemeral port the kernel hands out may have a neighbour another process holds (the suite
+    runs in parallel), and then the range of two offers nothing: look for a pair that has room.
+    """
+    for _ in range(100):
+        with socket.socket() as busy:
+            busy.bind(("", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            if port < 65535 and _bindable(port + 1):
+                yield port
+                return
+    raise RuntimeError("no listening port with a free neighbour found in 100 tries")
+
+
 def test_an_offer_reserves_one_free_port_per_run_and_the_launch_writes_the_table(tmp_path: Path) -> None:
     backend = SimBackend("910B4", 2, tmp_path)
     service = RendezvousService(tmp_path, backend, set)
-    with socket.socket() as busy:
-        busy.bind(("", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
+    with _listening_beside_a_free_port() as port:
         service.configure(node="n1", advertise="10.0.0.1", ports=(port, port + 1))
         offer = service.offer({"job_id": "7.1", "devices": [0, 1], "port": True}, {0, 1})
         assert offer["port"] == port + 1, "the port something listens on is not offered"
