@@ -255,14 +255,18 @@ def _explain(job: Job) -> dict[str, object] | None:
     """The engine's own breakdown of a pending job, or None when it cannot say."""
     if job.state != Job.State.PENDING:
         return None
+    from scheduling.engine.durations import format_duration
     from scheduling.engine.explain import explain
     from scheduling.services.snapshot import load_snapshot
 
     snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
     try:
-        return explain(snapshot, job.pk)
+        info = explain(snapshot, job.pk)
     except KeyError:
         return None
+    after = info["starvation"]["after_s"]
+    info["starvation"]["after"] = None if after is None else format_duration(after)
+    return info
 
 
 def _node_live(request: HttpRequest, name: str) -> dict[str, object]:

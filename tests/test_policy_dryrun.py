@@ -67,3 +67,53 @@ def test_apply_dry_run_prints_the_per_team_difference_and_stores_nothing(demo, a
     assert "research" in out.split("dry run over", 1)[1]
     assert "nothing was stored" in out
     assert Policy.objects.count() == 1
+
+
+def _starving_load() -> None:
+    """Three days ago, on the 16 × 910B4: research fills 8 cards for 2 hours, then training
+    (2.5 times research's shares) submits a 4-card, 1-hour job every 10 minutes for 20 hours, more
+    than the cards run; at 2 hours research submits one 8-card job, which fair share keeps
+    behind training's backlog."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import Team
+    from scheduling.models import Job
+
+    user = get_user_model().objects.create_user("dry-starving")
+    teams = {t.name: t for t in Team.objects.filter(name__in=["research", "training"])}
+    t0 = timezone.now() - timedelta(days=3)
+
+    def job(team: str, at: float, n: int, hours: float) -> Job:
+        submitted = t0 + timedelta(seconds=at)
+        return Job(
+            team=teams[team],
+            submitter=user,
+            name=f"{team}-{at:.0f}",
+            command="true",
+            priority_class="normal",
+            num_devices=n,
+            chip_model="910B4",
+            estimated_duration_s=int(hours * 3600),
+            state=Job.State.COMPLETED,
+            submitted_at=submitted,
+        )
+
+    jobs = [job("research", 0, 8, 2)]
+    jobs += [job("training", i * 600, 4, 1) for i in range(120)]
+    jobs.append(job("research", 2 * 3600, 8, 1))
+    Job.objects.bulk_create(jobs)
+
+
+def test_apply_dry_run_shows_what_a_starvation_guard_changes_over_the_last_7_days(demo, tmp_path) -> None:
+    _starving_load()
+    guarded = DEMO.replace("  backfill: true\n", "  backfill: true\n  starvation: {after: 2h}\n")
+    assert guarded != DEMO
+    code, out, _ = run("apply", write(tmp_path, guarded), "--dry-run")
+    assert code == 0, out
+    assert "starvation.after: off → 2h" in out
+    result = dry_run(active_policy().policy, parse_policy(guarded), days=7)
+    research = result["comparison"]["teams"]["research"]["wait_max_s"]
+    assert research["b"] < research["a"], research  # its big job no longer waits out the backlog
+    longest = result["comparison"]["overall"]["wait_max_s"]
+    assert f"longest wait {longest['a']:.1f} → {longest['b']:.1f} s" in out
+    assert Policy.objects.count() == 1, "a dry run stores nothing"

@@ -44,6 +44,7 @@ COMPILED = (
     "reservations",
     "schedules",
     "snapshot",
+    "starvation",
 )
 
 _HERE = Path(__file__).resolve().parent

@@ -13,7 +13,9 @@ touch the held cards, or if it ends (by its estimate) before the shadow time
 such starts are marked ``Start.backfilled``. With backfill off, nothing lower
 starts in that pool: those jobs wait with ``Priority``. Either way only the
 first blocked job per pool gets a hold, like Slurm's EASY scheme; later blocked
-jobs report ``Resources`` without an estimate.
+jobs report ``Resources`` without an estimate. The starvation guard
+(:mod:`starvation`) is the one exception: jobs that waited too long each hold
+cards, several per pool, in wait order.
 
 Cards promised to jobs in their preemption grace count as busy until that job
 would end (deadline + its estimate).
@@ -42,6 +44,11 @@ class Hold(Record):
     #: ``(pool, card)`` of held cards that carry vNPU slices with room left: hidden from slice
     #: placement (a slice there that outlives the shadow time would delay the held job).
     sliced_now: list[tuple[Pool, int]] = field(default_factory=list)
+    #: Held for a starving job (:mod:`starvation`): no job within its guarantee takes these cards.
+    starving: bool = False
+    #: When the held job would end if it starts at ``shadow`` (its cards are busy until then for
+    #: the reservations made after it; ``inf`` without a known duration).
+    until: float = float("inf")
 
     # Written out, not generated: see record.py.
     def __init__(
@@ -52,6 +59,8 @@ class Hold(Record):
         free_now: list[tuple[Pool, int]],
         devices: frozenset[int],
         sliced_now: list[tuple[Pool, int]] | None = None,
+        starving: bool = False,
+        until: float = float("inf"),
     ) -> None:
         self.chip = chip
         self.job_id = job_id
@@ -59,6 +68,8 @@ class Hold(Record):
         self.free_now = free_now
         self.devices = devices
         self.sliced_now = sliced_now if sliced_now is not None else list()
+        self.starving = starving
+        self.until = until
 
 
 @dataclass

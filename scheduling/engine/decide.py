@@ -19,7 +19,9 @@ decisions.
    other job's victim search counts them.
 3. **Order** the pending jobs (:mod:`priority`): Slurm multifactor priority
    from class, fair share (:mod:`fairshare`, classic algorithm), age and size;
-   ties by submission time, then id.
+   ties by submission time, then id. *Starvation guard* (:mod:`starvation`,
+   ``spec.starvation``): jobs that waited longer than their class's threshold
+   come before all of these, oldest first.
 4. **For each job in that order**, first failure wins:
 
    a. *admission* (:mod:`quota`): class allowed, max job duration, monthly
@@ -52,7 +54,11 @@ decisions.
    g. *still no room* (:mod:`backfill`): the first blocked job of each pool
       gets its shadow time as estimated start and (with backfill) a hold on
       the cards it will take; it waits with ``Resources``. Later blocked jobs
-      wait with ``Resources`` (backfill on) or ``Priority`` (off).
+      wait with ``Resources`` (backfill on) or ``Priority`` (off). With
+      backfill on, every starving job gets a hold of its own (:mod:`starvation`:
+      several per pool, in wait order, each shadow time worked out with the
+      earlier holds' cards busy until their jobs would end); a job within its
+      guarantee may take an ordinary hold's cards, never a starving job's.
 
 5. **Never runnable** (:mod:`feasibility`): a job left waiting for its team's
    limits or its shape that no schedule of the policy and no state of the
@@ -93,6 +99,7 @@ from scheduling.engine.snapshot import (
     VnpuTemplate,
     Wait,
 )
+from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, held_detail, starving_first, unheld_detail
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -218,9 +225,16 @@ class Tick:
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
         self.need_cache: dict[tuple, Need] = state.needs
-        #: Backfill holds (backfill on) per chip model, and their shadow times in order.
-        self.holds: dict[str, Hold] = {}
+        #: Backfill holds (backfill on) per chip model, and their shadow times in order. A chip
+        #: model has one hold (its first blocked job's), or several with the starvation guard.
+        self.holds: dict[str, list[Hold]] = {}
         self._shadows: list[float] = []
+        #: The starvation guard (:mod:`starvation`) and the ids of this tick's starving jobs.
+        self.guard = Guard(policy)
+        self.starving: set[int] = set()
+        #: Holds of starving jobs, in the order they were made (their cards are busy for later
+        #: shadow times until the held job would end).
+        self._starving_holds: list[Hold] = []
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id.
@@ -244,8 +258,9 @@ class Tick:
         #: tick, so a shape that does not fit now does not fit later in the tick, except
         #: after a start on held cards (a held card given a slice has room for more).
         self._find_fail: set[tuple[int, str]] = set()
-        #: Same for placements that may use a hold's cards (the hold only shrinks too).
-        self._hold_fail: set[tuple[int, str]] = set()
+        #: Same for placements that may use some holds' cards (by the holds' job ids; the holds only
+        #: shrink too).
+        self._hold_fail: set[tuple[int, str, tuple[int, ...]]] = set()
         #: The groups of :meth:`_groups`, each once.
         self._distinct: list[_Group] = []
         #: Running jobs per chip model by expected end (built on the first shadow time).
@@ -391,6 +406,16 @@ class Tick:
     def order(self) -> tuple[list[int], list[_Group]]:
         """Step 3: indices into ``snapshot.pending``, highest priority first, and every job's group.
 
+        Starving jobs (:mod:`starvation`) first, oldest first; then the multifactor order.
+        """
+        idx, groups = self._order()
+        if self.guard.on:
+            idx, self.starving = starving_first(self.guard, self.snapshot.pending, idx, self.now)
+        return idx, groups
+
+    def _order(self) -> tuple[list[int], list[_Group]]:
+        """The multifactor order (without the starvation guard) and every job's group.
+
         Same order as :func:`priority.order_pending` (score, then earlier
         submission, then lower id), computed on plain lists: one float per job;
         what is constant per (team, user, class) or per (team, class, shape) is
@@ -523,6 +548,7 @@ class Tick:
         reservations = self.reservations
         reserved = bool(reservations.held)
         shadows = self._shadows
+        starving = self.starving
         #: One wait per refusal of the admission memo (the waits are values: shared).
         refused: dict[tuple, Wait] = {}
         # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
@@ -567,6 +593,12 @@ class Tick:
                 waiting[jid] = refusal
                 continue
             chips = adm[2]
+            if starving and jid in starving:  # it may hold cards of its own: no shared memo
+                outcome = self.place(job, need, ledger, list(chips))
+                if outcome is not None:
+                    waiting[jid] = Wait(*outcome)
+                shadows = self._shadows
+                continue
             # Steps 4c-4g give the same answer to every job of the same team, class
             # and shape until the free state changes (a start, a hold, a preemption):
             # the long tail of a full queue is answered from this memo. With holds,
@@ -889,14 +921,20 @@ class Tick:
                 placement = find(state, need, chip)
                 if placement is None:
                     find_fail.add((nid, chip))
-            hold = holds.get(chip)
-            if placement is None and hold is not None:
+            held = holds.get(chip)
+            if placement is None and held is not None:
                 duration = job.estimated_duration_s or (job.max_duration_s or 0.0)
-                if ends_before(self.now, duration, hold.shadow) or ledger.within_guarantee(chip, units[chip]):
+                usable = [
+                    hold
+                    for hold in held
+                    if ends_before(self.now, duration, hold.shadow)
+                    or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
+                ]
+                if usable:
                     self._stable = False
-                    placement = self.find_with_hold(need, chip, hold)
+                    placement = self.find_with_hold(need, chip, usable)
             if placement is not None:
-                self.start(job, ledger, need, placement, backfilled=hold is not None)
+                self.start(job, ledger, need, placement, backfilled=held is not None)
                 return None
         # 4f preemption (a job whose promised cards are on their way just waits for them)
         if promise is not None and (due := self._promise_due(promise)) is not None:
@@ -911,39 +949,43 @@ class Tick:
             return reasons.RESERVED_CAPACITY, held_back, None
         return self.blocked_job(job, need, open_chips)
 
-    def find_with_hold(self, need: Need, chip: str, hold: Hold) -> Placement | None:
-        """Placement that may use the held cards (the job ends before the shadow time)."""
+    def find_with_hold(self, need: Need, chip: str, usable: list[Hold]) -> Placement | None:
+        """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow times)."""
         state = self.state
-        key = (id(need), chip)
+        key = (id(need), chip, tuple([hold.job_id for hold in usable]))
         if key in self._hold_fail:
-            # Known not to fit (the free cards and the hold only shrink). Releasing and
+            # Known not to fit (the free cards and the holds only shrink). Releasing and
             # re-taking the held cards moves their pools to the end of their buckets,
             # which later placements see: do just that.
             chip_state = state.chips[chip]
-            for pool, _ in hold.free_now:
-                bucket = chip_state.buckets[pool.key]
-                del bucket[pool]
-                bucket[pool] = None
-                chip_state.dirty.add(pool.key)
+            for hold in usable:
+                for pool, _ in hold.free_now:
+                    bucket = chip_state.buckets[pool.key]
+                    del bucket[pool]
+                    bucket[pool] = None
+                    chip_state.dirty.add(pool.key)
             return None
-        for pool, mask in hold.free_now:
-            state.release_whole(pool, mask)
-        for pool, i in hold.sliced_now:
-            state.show_slices(pool, i)
+        for hold in usable:
+            for pool, mask in hold.free_now:
+                state.release_whole(pool, mask)
+            for pool, i in hold.sliced_now:
+                state.show_slices(pool, i)
         placement = find(state, need, chip)
-        for pool, i in hold.sliced_now:
-            state.hide_slices(pool, i)
+        for hold in usable:
+            for pool, i in hold.sliced_now:
+                state.hide_slices(pool, i)
         taken: dict[Pool, int] = {}
         if placement is not None:
             for pool, i in placement.cards:
                 taken[pool] = taken.get(pool, 0) | (1 << i)
-        kept = []
-        for pool, mask in hold.free_now:
-            rest = mask & ~taken.get(pool, 0) & pool.free
-            if rest:
-                state.take_whole(pool, rest)
-                kept.append((pool, rest))
-        hold.free_now = kept
+        for hold in usable:
+            kept = []
+            for pool, mask in hold.free_now:
+                rest = mask & ~taken.get(pool, 0) & pool.free
+                if rest:
+                    state.take_whole(pool, rest)
+                    kept.append((pool, rest))
+            hold.free_now = kept
         if placement is None:
             self._hold_fail.add(key)
         else:  # a held card may become a sliced card with room left: visible to plain placement
@@ -966,8 +1008,7 @@ class Tick:
         tmpl = placement.template
         cards: list[tuple[Pool, int, VnpuTemplate | None]] = [(pool, i, tmpl) for pool, i in placement.cards]
         if tmpl is not None:  # a slice on a held card: the card stays held (it ends before the shadow)
-            hold = self.holds.get(chip)
-            if hold is not None:
+            for hold in self.holds.get(chip, ()):
                 for pool, i, _ in cards:
                     if pool.devs[i].id in hold.devices:
                         state.hide_slices(pool, i)
@@ -1067,6 +1108,8 @@ class Tick:
         backfill = self.policy.backfill
         holds = self.holds
         blocked = self.blocked
+        if backfill and need.template is None and job.id in self.starving:
+            return self._starving_blocked(job, need, chips)
         fresh = [c for c in chips if c not in holds and c not in blocked]
         if not fresh:
             if backfill:
@@ -1090,7 +1133,39 @@ class Tick:
         # start time to show: the hold stays (it keeps nothing from a job that ends), no estimate.
         return reasons.RESOURCES, "", at if at < math.inf else None
 
-    def hold(self, job: JobState, chip: str, at: float, devices: list[int]) -> None:
+    def _starving_blocked(self, job: JobState, need: Need, chips: list[str]) -> tuple[str, str, float | None]:
+        """4g for a starving job: a hold of its own at its shadow time, even where others hold cards.
+
+        The shadow time is worked out with the cards of the starving jobs held before
+        it busy until those jobs would end (:meth:`releases`), so holds never overlap
+        in time on a card. See :mod:`starvation`.
+        """
+        self._stable = False
+        guard = self.guard
+        room = [c for c in chips if sum(1 for h in self.holds.get(c, ()) if h.starving) < MAX_HOLDS_PER_CHIP]
+        if not room:
+            why = f"{MAX_HOLDS_PER_CHIP} jobs that waited longer hold cards on {', '.join(chips)} first"
+            return reasons.RESOURCES, unheld_detail(guard, job, why), None
+        best: tuple[float, str, list[int]] | None = None
+        for chip in room:
+            found = shadow(self.state, need, chip, self.releases(chip))
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], chip, found[1])
+        if best is None or best[0] == math.inf:
+            why = "its cards are not known to come free (a job without any duration holds them)"
+            return reasons.RESOURCES, unheld_detail(guard, job, why), None
+        at, chip, devices = best
+        duration = job.estimated_duration_s or job.max_duration_s or 0.0
+        until = at + duration if duration > 0 else math.inf
+        self.hold(job, chip, at, devices, starving=True, until=until)
+        self.version += 1
+        where = self.state.where
+        nodes = sorted({where[dev][0].node for dev in devices if dev in where})
+        return reasons.RESOURCES, held_detail(guard, job, nodes, at, self.policy), at
+
+    def hold(
+        self, job: JobState, chip: str, at: float, devices: list[int], starving: bool = False, until: float = math.inf
+    ) -> None:
         """Hold ``devices`` for the pool's blocked job until ``at``: free ones leave the free state,
         sliced ones leave slice placement (a card freed by its slices ending is one the job needs)."""
         state = self.state
@@ -1105,8 +1180,15 @@ class Tick:
                 sliced.append((pool, i))
         for pool, mask in masks.items():
             state.take_whole(pool, mask)
-        self.holds[chip] = Hold(chip, job.id, at, list(masks.items()), frozenset(devices), sliced)
-        self._shadows = sorted(h.shadow for h in self.holds.values())
+        hold = Hold(chip, job.id, at, list(masks.items()), frozenset(devices), sliced, starving, until)
+        held = self.holds.get(chip)
+        if held is None:
+            self.holds[chip] = [hold]
+        else:
+            held.append(hold)
+        if starving:
+            self._starving_holds.append(hold)
+        self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
         self._epoch += 1
 
     def releases(self, chip: str) -> Iterable[Release]:
@@ -1121,6 +1203,10 @@ class Tick:
         for devices, free_at in self._claims.values():
             for dev in devices:
                 claimed[dev] = free_at
+        for starved in self._starving_holds:  # busy until the held job would end (max: a promise too)
+            for dev in starved.devices:
+                if claimed.get(dev, -math.inf) < starved.until:
+                    claimed[dev] = starved.until
         release = partial(_release, self.now)
         bases = self._base_releases
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
@@ -1142,6 +1228,20 @@ class Tick:
             for pool, mask in kept_promise.free_now
             if pool.chip == chip
         ]
+        if self._starving_holds:
+            # A free card held now comes free when the last claim on it ends: a later starving
+            # job's hold may have claimed it after the job it is held for (``claimed`` is the latest).
+            late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
+            for rel in held:
+                for card in rel.cards:
+                    late.setdefault(claimed[card[0].devs[card[1]].id], []).append(card)
+            for starved in self._starving_holds:
+                for pool, mask in starved.free_now:
+                    if pool.chip == chip:
+                        for i in range(pool.size):
+                            if mask >> i & 1:
+                                late.setdefault(claimed[pool.devs[i].id], []).append((pool, i, 0, 0, 0, True))
+            held = [Release(at, cards) for at, cards in sorted(late.items())]
         return _split_claimed(kept, changed, claimed, release, self.state, held)
 
 
@@ -1202,13 +1302,24 @@ def _split_claimed(
     occupants = state.occupants
     touched = {id(occupants[jid]) for dev in claimed for jid in card_jobs.get(dev, ()) if jid in occupants}
 
-    def pieces(rel: Release) -> tuple[Release, Release]:
-        late = [c for c in rel.cards if c[0].devs[c[1]].id in claimed]
-        free_at = max(claimed[c[0].devs[c[1]].id] for c in late)
-        return (
-            Release(rel.at, [c for c in rel.cards if c not in late], rel.occupant),
-            Release(max(rel.at, free_at), late, rel.occupant),
-        )
+    def pieces(rel: Release) -> tuple[Release, list[Release]]:
+        """The cards free at ``rel.at``, and the claimed ones, one piece per time they come free."""
+        now_cards = []
+        late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
+        for c in rel.cards:
+            free_at = claimed.get(c[0].devs[c[1]].id)
+            if free_at is None:
+                now_cards.append(c)
+            else:
+                at = max(rel.at, free_at)
+                cards = late.get(at)
+                if cards is None:
+                    late[at] = [c]
+                else:
+                    cards.append(c)
+        return Release(rel.at, now_cards, rel.occupant), [
+            Release(at, cards, rel.occupant) for at, cards in sorted(late.items())
+        ]
 
     def running() -> Iterator[tuple[float, float, Release]]:
         heap: list[tuple[float, float, Release]] = []
@@ -1218,9 +1329,10 @@ def _split_claimed(
             while heap and (heap[0][0], heap[0][1]) < (rel.at, pos):
                 yield heapq.heappop(heap)
             if id(occ) in touched and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
-                now_part, late_part = pieces(rel)
+                now_part, late_parts = pieces(rel)
                 yield rel.at, pos, now_part
-                heapq.heappush(heap, (late_part.at, pos + 0.5, late_part))
+                for late_part in late_parts:  # (distinct times: the heap never compares two releases)
+                    heapq.heappush(heap, (late_part.at, pos + 0.5, late_part))
             else:
                 yield rel.at, pos, rel
         while heap:
@@ -1231,9 +1343,9 @@ def _split_claimed(
     for k, occ in enumerate(changed):
         rel = release(occ)
         if any(c[0].devs[c[1]].id in claimed for c in rel.cards):
-            now_part, late_part = pieces(rel)
+            now_part, late_parts = pieces(rel)
             extra.append((rel.at, first + k, now_part))
-            extra.append((late_part.at, first + k + 0.5, late_part))
+            extra.extend((late_part.at, first + k + 0.5, late_part) for late_part in late_parts)
         else:
             extra.append((rel.at, first + k, rel))
     # Free cards held for a promise come free when its job would end; after everything else.

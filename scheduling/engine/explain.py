@@ -24,6 +24,7 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
 
         {"job_id", "team", "user", "priority_class", "state": "pending"|"running",
          "factors": {name: {"factor", "weight", "weighted"}}, "priority": total,
+         "starvation": {"after_s": seconds|None, "waited_s", "starving": bool},
          "quota": {..., "schedule": name|None},
          "decision": "start"|"wait"|"running",
          "reason", "reason_text", "detail", "estimated_start", "slots", "backfilled"}
@@ -74,6 +75,10 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
         name: {"factor": getattr(factors, name), "weight": weights[name], "weighted": values[name]} for name in weights
     }
     out["priority"] = sum(values.values())
+    after = tick.guard.after(job.priority_class)
+    waited = tick.now - job.submitted_at
+    # The starvation guard comes before every factor above (see scheduling.engine.starvation).
+    out["starvation"] = {"after_s": after, "waited_s": waited, "starving": tick.guard.starving(job, tick.now)}
     decisions = tick.run()
     start = next((s for s in decisions.starts if s.job_id == job_id), None)
     if start is not None:

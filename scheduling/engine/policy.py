@@ -75,6 +75,8 @@ class PriorityClass(Record):
     preempts: frozenset[str] = frozenset()
     preemptible: bool = True
     default: bool = False
+    #: ``starvationAfter``: this class's own starvation threshold in seconds (``None``: the policy's).
+    starvation_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,9 @@ class Policy(Record):
     departments: Mapping[str, float]  # department name -> shares
     teams: Mapping[str, TeamPolicy]
     defaults: TeamPolicy  # for teams the policy does not name (name "*")
+    #: ``spec.starvation.after`` in seconds: a job waiting longer is served first and has cards
+    #: held for it (:mod:`starvation`); ``None`` = the guard is off (classes may still set their own).
+    starvation_after_s: float | None = None
 
     def team(self, name: str) -> TeamPolicy:
         """The team's policy, or the defaults for a team the policy does not name."""
@@ -216,6 +221,17 @@ class Policy(Record):
     def quota_at(self, team: str, at: datetime) -> tuple[Quota, str | None]:
         """Same as the module function :func:`quota_at`."""
         return quota_at(self, team, at)
+
+    def starvation_after(self, cls: str) -> float | None:
+        """Seconds after which a waiting job of class ``cls`` counts as starving (``None``: never).
+
+        A class's own ``starvationAfter`` wins over ``spec.starvation.after``; a job of a
+        class the policy no longer has takes the policy's threshold.
+        """
+        pc = self.class_by_name(cls)
+        if pc is not None and pc.starvation_after_s is not None:
+            return pc.starvation_after_s
+        return self.starvation_after_s
 
 
 # --------------------------------------------------------------------------

@@ -55,6 +55,7 @@ def semantic_diff(old: Policy, new: Policy) -> list[str]:
     _change(out, "backfill", old.backfill, new.backfill, _bool)
     _change(out, "preemption.gracePeriod", old.grace_period_s, new.grace_period_s, _duration)
     _change(out, "preemption.onPreempt", old.on_preempt, new.on_preempt)
+    _change(out, "starvation.after", old.starvation_after_s, new.starvation_after_s, _off_or_duration)
     _reservations(out, old, new, order)
     _keyed(
         out,
@@ -95,6 +96,9 @@ def _classes(out: list[str], old: Policy, new: Policy, order: list[str]) -> None
         label = f"priority class {name}"
         _change(out, f"{label}: preempts", a.preempts, b.preempts, lambda v: _names(v, order), sep=" ")
         _change(out, f"{label}: preemptible", a.preemptible, b.preemptible, _bool, sep=" ")
+        _change(
+            out, f"{label}: starvationAfter", a.starvation_after_s, b.starvation_after_s, _policy_or_duration, sep=" "
+        )
     if old.default_class.name != new.default_class.name:
         out.append(f"default priority class: {old.default_class.name} {ARROW} {new.default_class.name}")
 
@@ -257,6 +261,14 @@ def _number(value: object) -> str:
 
 def _duration(value: object) -> str:
     return str(format_duration(float(value)))  # type: ignore[arg-type]
+
+
+def _off_or_duration(value: object) -> str:
+    return "off" if value is None else _duration(value)
+
+
+def _policy_or_duration(value: object) -> str:
+    return "(the policy's)" if value is None else _duration(value)
 
 
 def _bool(value: object) -> str:

@@ -65,6 +65,11 @@ def dump_policy(policy: Policy) -> str:
         "placement": _Flow(strategy=policy.placement_strategy),
         "backfill": policy.backfill,
         "preemption": _Flow(gracePeriod=format_duration(policy.grace_period_s), onPreempt=policy.on_preempt),
+        **(
+            {}
+            if policy.starvation_after_s is None
+            else {"starvation": _Flow(after=format_duration(policy.starvation_after_s))}
+        ),
         "reservations": [
             _Flow(
                 name=r.name,
@@ -95,6 +100,8 @@ def _priority_class(pc: PriorityClass, order: list[str]) -> _Flow:
         out["preemptible"] = False
     if pc.default:
         out["default"] = True
+    if pc.starvation_after_s is not None:
+        out["starvationAfter"] = format_duration(pc.starvation_after_s)
     return out
 
 

@@ -70,12 +70,14 @@ _SPEC_FIELDS = (
     "placement",
     "backfill",
     "preemption",
+    "starvation",
     "reservations",
     "departments",
     "teams",
     "defaults",
 )
-_CLASS_FIELDS = ("name", "preempts", "preemptible", "default")
+_CLASS_FIELDS = ("name", "preempts", "preemptible", "default", "starvationAfter")
+_STARVATION_FIELDS = ("after",)
 _ORDERING_FIELDS = ("weights", "maxAge", "usageHalfLife")
 _WEIGHT_FIELDS = {
     "priorityClass": "weight_priority_class",
@@ -507,6 +509,7 @@ class _ClassEntry:
     preempts: list[tuple[str, str]]
     preemptible: bool
     default: bool
+    starvation_after_s: float | None = None
 
 
 @dataclass
@@ -584,6 +587,11 @@ class _Reader:
                     grace = grace if value is None else value
                 if "onPreempt" in m:
                     on_preempt = _choice(ctx, m["onPreempt"], "spec.preemption.onPreempt", ON_PREEMPT) or on_preempt
+        starvation_after = None
+        if spec.get("starvation") is not None:
+            m = _mapping(ctx, spec["starvation"], "spec.starvation", _STARVATION_FIELDS, required=("after",))
+            if m is not None and "after" in m:
+                starvation_after = _duration(ctx, m["after"], "spec.starvation.after", positive=True)
         reservations = self.reservations(spec.get("reservations"), "spec.reservations")
         departments = self.departments(spec.get("departments"), "spec.departments")
         teams = self.teams(spec.get("teams"), "spec.teams")
@@ -610,6 +618,7 @@ class _Reader:
             departments=departments,
             teams={t.team.name: t.team for t in teams if t.team is not None},
             defaults=defaults,
+            starvation_after_s=starvation_after,
         )
 
     # -- priority classes ---------------------------------------------------
@@ -636,7 +645,10 @@ class _Reader:
             preempts = _strings(ctx, m.get("preempts") or [], f"{p}.preempts") or []
             preemptible = _bool(ctx, m["preemptible"], f"{p}.preemptible") if "preemptible" in m else True
             default = _bool(ctx, m["default"], f"{p}.default") if "default" in m else False
-            entries.append(_ClassEntry(name, p, preempts, preemptible is not False, default is True))
+            after = None
+            if m.get("starvationAfter") is not None:
+                after = _duration(ctx, m["starvationAfter"], f"{p}.starvationAfter", positive=True)
+            entries.append(_ClassEntry(name, p, preempts, preemptible is not False, default is True, after))
 
         ranks: dict[str, int] = {}
         for rank, entry in enumerate(entries):
@@ -700,6 +712,7 @@ class _Reader:
                 preempts=frozenset(t for t, _ in e.preempts),
                 preemptible=e.preemptible,
                 default=e.name == default_name,
+                starvation_after_s=e.starvation_after_s,
             )
             for rank, e in enumerate(entries)
             if e is not None and e.name is not None

@@ -1592,7 +1592,7 @@ def _with_input(metrics: dict[str, Any], info: Mapping[str, Any]) -> dict[str, A
 
 
 def compare(metrics_a: Mapping[str, Any], metrics_b: Mapping[str, Any]) -> dict[str, Any]:
-    """Per-team differences ``b - a`` (device-hours, wait p50/p95, preemptions) and overall ones.
+    """Per-team differences ``b - a`` (device-hours, wait p50/p95/max, preemptions) and overall ones.
 
     ``a`` is the reference (current policy, or FIFO), ``b`` the candidate.
     """
@@ -1605,6 +1605,7 @@ def compare(metrics_a: Mapping[str, Any], metrics_b: Mapping[str, Any]) -> dict[
             "device_hours": _diff(ta.get("device_hours"), tb.get("device_hours")),
             "wait_p50_s": _diff(ta.get("wait_s", {}).get("p50"), tb.get("wait_s", {}).get("p50")),
             "wait_p95_s": _diff(ta.get("wait_s", {}).get("p95"), tb.get("wait_s", {}).get("p95")),
+            "wait_max_s": _diff(ta.get("wait_s", {}).get("max"), tb.get("wait_s", {}).get("max")),
             "preemptions": _diff(ta.get("preemptions"), tb.get("preemptions")),
             "usage_over_entitlement": _diff(ta.get("usage_over_entitlement"), tb.get("usage_over_entitlement")),
         }
@@ -1616,6 +1617,7 @@ def compare(metrics_a: Mapping[str, Any], metrics_b: Mapping[str, Any]) -> dict[
         "wait_p50_s": _diff(wa.get("p50"), wb.get("p50")),
         "wait_p95_s": _diff(wa.get("p95"), wb.get("p95")),
         "wait_p99_s": _diff(wa.get("p99"), wb.get("p99")),
+        "wait_max_s": _diff(wa.get("max"), wb.get("max")),
         "jain_mean": _diff(
             metrics_a.get("fairness", {}).get("jain_mean"), metrics_b.get("fairness", {}).get("jain_mean")
         ),

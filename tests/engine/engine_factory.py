@@ -8,6 +8,7 @@ numbered in node order here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -76,6 +77,7 @@ def policy(
     reservations: Iterable[Reservation] = (),
     departments: Mapping[str, float] | None = None,
     ordering: Ordering | None = None,
+    starvation: float | None = None,
 ) -> Policy:
     team_policies: dict[str, TeamPolicy] = {}
     for name, value in (teams or {}).items():
@@ -93,6 +95,7 @@ def policy(
         departments=dict(departments or {}),
         teams=team_policies,
         defaults=TeamPolicy("*", None, 1.0, Quota()),
+        starvation_after_s=starvation,
     )
 
 
@@ -210,7 +213,7 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
 
     Format::
 
-        policy: {classes: [high: [low], normal, low], backfill: true, strategy: binpack,
+        policy: {classes: [high: [low], normal, low], backfill: true, strategy: binpack, starvation: 24h,
                  grace: 300, teams: {a: {guaranteed: {devices: 8}, max: {...}, max_jobs: 2,
                  hours: 100, max_duration: 1h, allowed: [normal]}},
                  reservations: [{name: r, ratio: 0.25, chips: [910B4], classes: [high]}]}
@@ -223,6 +226,7 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
     """
     p = doc.get("policy", {})
     class_specs: list[Any] = []
+    class_after: dict[str, float | None] = {}
     for spec in p.get("classes", [{"high": ["low"]}, "normal", "low"]):
         if isinstance(spec, str):
             class_specs.append(spec)
@@ -230,6 +234,8 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
             ((name, value),) = spec.items()
             if isinstance(value, Mapping):
                 class_specs.append((name, value.get("preempts", []), value.get("preemptible", True)))
+                if value.get("starvationAfter") is not None:
+                    class_after[name] = _duration(value["starvationAfter"])
             else:
                 class_specs.append((name, value or []))
     teams = {}
@@ -259,12 +265,13 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
     ]
     pol = policy(
         teams,
-        classes(*class_specs),
+        tuple(replace(pc, starvation_after_s=class_after.get(pc.name)) for pc in classes(*class_specs)),
         backfill=p.get("backfill", True),
         strategy=p.get("strategy", "binpack"),
         grace=float(p.get("grace", 300)),
         reservations=reservations,
         departments=p.get("departments"),
+        starvation=_duration(p.get("starvation")),
     )
     cl = Cluster()
     for node in doc.get("nodes", []):

@@ -35,6 +35,7 @@ DECISION_MODULES = (
     "reasons",
     "record",
     "reservations",
+    "starvation",
 )
 PACKAGE = "_npuportal_ref_engine"
 

@@ -18,7 +18,7 @@ SHAPES = {"910B4": (8, 1), "910A": (8, 2), "310P3": (4, 1)}
 
 
 @st.composite
-def worlds(draw: st.DrawFn, reservations: bool = True) -> Snapshot:
+def worlds(draw: st.DrawFn, reservations: bool = True, starvation: bool = False) -> Snapshot:
     cl = Cluster()
     for n in range(draw(st.integers(1, 4))):
         chip = draw(st.sampled_from(sorted(SHAPES)))
@@ -40,6 +40,7 @@ def worlds(draw: st.DrawFn, reservations: bool = True) -> Snapshot:
         backfill=draw(st.booleans()),
         strategy=draw(st.sampled_from(("binpack", "spread"))),
         reservations=res,
+        starvation=draw(st.sampled_from((1000.0, 5000.0))) if starvation else None,
     )
     # Running jobs: fill random free cards (whole) or slices, within each team's max.
     running: list[JobState] = []

@@ -41,8 +41,13 @@ def test_scenario(path: Path) -> None:
             assert p.grace_deadline == T0 + snap.policy.grace_period_s
     if "evictions" in expect:
         assert sorted(out.evictions) == sorted(expect["evictions"])
+    for job_id, words in (expect.get("details") or {}).items():
+        assert words in out.waiting[job_id].detail, out.waiting[job_id]
     for job_id, offset in (expect.get("estimated") or {}).items():
-        assert out.waiting[job_id].estimated_start == pytest.approx(T0 + offset)
+        if offset is None:
+            assert out.waiting[job_id].estimated_start is None, out.waiting[job_id]
+        else:
+            assert out.waiting[job_id].estimated_start == pytest.approx(T0 + offset)
     if "backfilled" in expect:
         assert sorted(j for j, s in started.items() if s.backfilled) == sorted(expect["backfilled"])
     # Every pending job is either started or has a reason.

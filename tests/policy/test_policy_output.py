@@ -180,6 +180,8 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
             entry["preemptible"] = draw(st.booleans())
         if name == default:
             entry["default"] = True
+        if draw(st.booleans()):
+            entry["starvationAfter"] = draw(_duration)
         class_entries.append(entry)
     departments = draw(st.lists(_name, unique=True, max_size=3))
     teams = []
@@ -226,6 +228,7 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
             "placement": {"strategy": draw(st.sampled_from(["binpack", "spread"]))},
             "backfill": draw(st.booleans()),
             "preemption": {"gracePeriod": draw(_duration), "onPreempt": draw(st.sampled_from(["requeue", "cancel"]))},
+            **({"starvation": {"after": draw(_duration)}} if draw(st.booleans()) else {}),
             "reservations": reservations,
             "departments": [{"name": d, "shares": draw(_amount)} for d in departments],
             "teams": teams,
@@ -320,6 +323,16 @@ def test_diff_policies_is_a_unified_diff() -> None:
         ("strategy: binpack", "strategy: spread", ["placement.strategy: binpack → spread"]),
         ("backfill: true", "backfill: false", ["backfill: true → false"]),
         ("gracePeriod: 120s", "gracePeriod: 5m", ["preemption.gracePeriod: 2m → 5m"]),
+        (
+            "  backfill: true\n",
+            "  backfill: true\n  starvation: {after: 24h}\n",
+            ["starvation.after: off → 24h"],
+        ),
+        (
+            "{name: high, preempts: [low]}",
+            "{name: high, preempts: [low], starvationAfter: 2h}",
+            ["priority class high: starvationAfter (the policy's) → 2h"],
+        ),
         ("fairShare: 5000", "fairShare: 6000", ["ordering.weights.fairShare: 5000 → 6000"]),
         ("maxAge: 7d", "maxAge: 14d", ["ordering.maxAge: 7d → 14d"]),
         (

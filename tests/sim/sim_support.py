@@ -30,6 +30,7 @@ def make_policy(
     grace: str = "30s",
     on_preempt: str = "requeue",
     timezone: str = "UTC",
+    starvation: str | None = None,
 ) -> Policy:
     """A policy written as YAML and parsed by the engine's own parser."""
     doc = {
@@ -46,6 +47,8 @@ def make_policy(
             "defaults": defaults or {"shares": 1},
         },
     }
+    if starvation is not None:
+        doc["spec"]["starvation"] = {"after": starvation}  # type: ignore[index]
     return parse_policy(yaml.safe_dump(doc, sort_keys=False))
 
 

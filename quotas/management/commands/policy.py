@@ -31,6 +31,7 @@ from scheduling.engine.policy import (
     semantic_diff,
     zone,
 )
+from scheduling.engine.starvation import summary as starvation_summary
 
 OK, INVALID, USAGE = 0, 1, 2
 
@@ -275,10 +276,12 @@ class Command(SubcommandCommand):
                 at = at.replace(tzinfo=zone(policy.timezone))
         teams = list(dict.fromkeys([*policy.teams, *Team.objects.values_list("name", flat=True)]))
         result = effective_quotas(policy, at, teams)
+        result["starvation"] = starvation_summary(policy)
         if opts["json"]:
             self.stdout.write(json.dumps(result, indent=2))
             return
         self.stdout.write(f"quotas in force at {result['at']} ({policy.timezone})")
+        self.stdout.write(_starvation_line(result["starvation"]))
         self.stdout.write(f"{'team':16} {'schedule':16} {'guaranteed':24} {'max':28} jobs  classes")
         for name, q in result["teams"].items():
             g = ", ".join(f"{k}={v}" for k, v in q["guaranteed"].items()) or "-"
@@ -286,3 +289,15 @@ class Command(SubcommandCommand):
             classes = ",".join(q["allowedPriorityClasses"]) if q["allowedPriorityClasses"] else "all"
             jobs = q["maxConcurrentJobs"] if q["maxConcurrentJobs"] is not None else "-"
             self.stdout.write(f"{name:16} {q['schedule'] or '(base)':16} {g:24} {m:28} {jobs!s:5} {classes}")
+
+
+def _starvation_line(guard: dict[str, Any]) -> str:
+    """``policy effective``'s line for the starvation guard (spec.starvation, classes' starvationAfter)."""
+    own = ", ".join(f"{name} after {after}" for name, after in guard["classes"].items())
+    if guard["after"] is None and not own:
+        return "starvation guard: off"
+    text = f"starvation guard: jobs waiting more than {guard['after']} go first" if guard["after"] else ""
+    if own:
+        text = f"{text}; " if text else "starvation guard: "
+        text += f"own thresholds: {own}"
+    return text

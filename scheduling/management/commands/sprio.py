@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from quotas.services import active_policy
+from scheduling.engine.durations import format_duration
 from scheduling.engine.explain import explain
 from scheduling.services.snapshot import load_snapshot
 
@@ -38,6 +39,14 @@ class Command(BaseCommand):
             for name, f in info["factors"].items():
                 self.stdout.write(f"  {name:14} {f['factor']:>8.4f} {f['weight']:>8g} {f['weighted']:>10.1f}")
             self.stdout.write(f"  {'priority':14} {'':>8} {'':>8} {info['priority']:>10.1f}")
+        starvation = info.get("starvation")
+        if starvation and starvation["after_s"] is not None:
+            waited = format_duration(round(starvation["waited_s"]))
+            after = format_duration(starvation["after_s"])
+            if starvation["starving"]:
+                self.stdout.write(f"  starving: waited {waited} > {after}: served before the factors above apply")
+            else:
+                self.stdout.write(f"  starvation guard: waited {waited} of {after}")
         quota = info["quota"]
         self.stdout.write(
             f"  quota in force: schedule {quota.get('schedule') or '(base)'}, "

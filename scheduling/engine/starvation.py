@@ -1,0 +1,123 @@
+"""The starvation guard: a job that has waited too long comes first, with cards held for it.
+
+Fair share and age order the queue well on average, but a team above its share
+can see a large job passed over for days: each tick some job of a team further
+below its share, or a small job that backfills, goes first. Users accept waiting
+their turn; they do not accept a job that never comes. The policy names how long
+is too long::
+
+    spec:
+      starvation: {after: 24h}        # absent: the guard is off
+      priorityClasses:
+        - {name: high, starvationAfter: 2h}   # a class may set its own
+
+A pending job whose wait (``now - submitted_at``) is longer than its class's
+threshold (:meth:`Policy.starvation_after`) is *starving*. The guard plugs in at
+two points of the pipeline (``decide``'s docstring is the one place that says how
+the rules combine):
+
+* **order** (step 3, :func:`starving_first`): starving jobs go before every other
+  job, oldest first (submission time, then id), as Volcano's ``sla`` plugin orders
+  jobs past their ``sla-waiting-time``; the multifactor order applies among the
+  rest. Admission still applies: a starving job its team's quota refuses waits
+  with its quota reason and holds nothing (quota reasons never block);
+* **hold** (step 4g, ``Tick.blocked_job``): a starving job that finds no free room
+  and no victims gets a backfill reservation at its shadow time, on the chip model
+  where it starts first, even when another job already holds cards there:
+  reservations of starving jobs stack, in wait order, as Slurm's backfill plans
+  beyond the first job. Each is worked out with the cards held for the ones before
+  it busy until those jobs would end. Jobs behind still backfill: they start now
+  on cards nobody holds, or on held cards if they end before that reservation's
+  shadow time. A job within its team's guarantee may take the cards of an ordinary
+  hold, never those of a starving job (else the guaranteed teams' stream of jobs
+  would starve it again). At most :data:`MAX_HOLDS_PER_CHIP` starving jobs hold
+  cards on one chip model per tick (a backfill pass looks at a bounded number of
+  jobs); the ones after them still come first but wait without a hold this tick.
+  A vNPU request that starves only comes first: a slice needs part of one card,
+  which the first card to free gives it, and holds stack for whole cards only.
+
+Pure functions of the policy and the job; no Django.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from scheduling.engine.durations import format_duration
+from scheduling.engine.policy import Policy, zone
+from scheduling.engine.snapshot import JobState
+
+#: Reservations of starving jobs on one chip model in one tick (each costs a shadow replay).
+MAX_HOLDS_PER_CHIP: Final = 16
+
+
+class Guard:
+    """The policy's starvation thresholds by class, read once per tick."""
+
+    __slots__ = ("by_class", "default", "on")
+
+    def __init__(self, policy: Policy) -> None:
+        #: Threshold in seconds of every class of the policy (``None``: never starving).
+        self.by_class: dict[str, float | None] = {
+            pc.name: policy.starvation_after(pc.name) for pc in policy.priority_classes
+        }
+        #: Threshold of a job whose class the policy no longer has.
+        self.default: float | None = policy.starvation_after_s
+        #: Whether any job could ever be starving under this policy.
+        self.on: bool = self.default is not None or any(v is not None for v in self.by_class.values())
+
+    def after(self, cls: str) -> float | None:
+        """The threshold of class ``cls`` in seconds, ``None`` if its jobs never count as starving."""
+        if cls in self.by_class:
+            return self.by_class[cls]
+        return self.default
+
+    def starving(self, job: JobState, now: float) -> bool:
+        """Whether ``job`` has waited longer than its class's threshold at ``now``."""
+        limit = self.after(job.priority_class)
+        return limit is not None and now - job.submitted_at > limit
+
+
+def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: float) -> tuple[list[int], set[int]]:
+    """``idx`` (indices into ``pending`` in priority order) with starving jobs moved in front.
+
+    The starving ones oldest first (submission time, then id); the others keep
+    their order. Also returns the starving jobs' ids.
+    """
+    front = [k for k in idx if guard.starving(pending[k], now)]
+    if not front:
+        return idx, set()
+    front.sort(key=lambda k: (pending[k].submitted_at, pending[k].id))
+    chosen = set(front)
+    rest = [k for k in idx if k not in chosen]
+    return front + rest, {pending[k].id for k in front}
+
+
+def held_detail(guard: Guard, job: JobState, nodes: list[str], at: float, policy: Policy) -> str:
+    """The reason's words for a starving job with cards held: what, where, from when (policy clock)."""
+    limit = guard.after(job.priority_class) or 0.0
+    when = datetime.fromtimestamp(at, zone(policy.timezone)).strftime("%Y-%m-%d %H:%M %Z")
+    where = ", ".join(nodes) if len(nodes) <= 4 else f"{', '.join(nodes[:4])} and {len(nodes) - 4} more"
+    return f"waiting more than {format_duration(limit)}: cards on {where} held for it from {when}"
+
+
+def unheld_detail(guard: Guard, job: JobState, why: str) -> str:
+    """The reason's words for a starving job that holds no cards this tick, and why not."""
+    limit = guard.after(job.priority_class) or 0.0
+    return f"waiting more than {format_duration(limit)}: served before other jobs; {why}"
+
+
+def summary(policy: Policy) -> dict[str, object]:
+    """The guard as ``policy effective`` shows it: ``{"after": "24h" | None, "classes": {name: "2h"}}``.
+
+    ``classes`` lists the classes whose threshold is their own ``starvationAfter``.
+    """
+    return {
+        "after": None if policy.starvation_after_s is None else format_duration(policy.starvation_after_s),
+        "classes": {
+            pc.name: format_duration(pc.starvation_after_s)
+            for pc in policy.priority_classes
+            if pc.starvation_after_s is not None
+        },
+    }

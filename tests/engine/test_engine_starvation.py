@@ -1,0 +1,123 @@
+"""The starvation guard (scheduling.engine.starvation): who counts as starving, what its hold keeps.
+
+The stories of the guard are YAML scenarios (scenarios/starvation*.yaml); these are the edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine_factory import T0, Cluster, classes, job, policy, quota, snapshot
+from hypothesis import HealthCheck, given, settings
+from test_engine_properties import worlds
+
+from scheduling.engine import reasons
+from scheduling.engine.decide import Tick, decide
+from scheduling.engine.explain import explain
+from scheduling.engine.snapshot import Snapshot
+from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard
+
+H = 3600.0
+
+
+def _busy_two_nodes() -> tuple[Cluster, list]:
+    """n1 and n2 of 8 cards, each half busy with team b's jobs ending in 1 h (n1) and 2 h (n2)."""
+    cl = Cluster().node("n1").node("n2")
+    running = [
+        job(1, "b", 4, slots=[cl.dev(f"n1/{i}") for i in range(4)], started=-H, est=2 * H),
+        job(2, "b", 4, slots=[cl.dev(f"n2/{i}") for i in range(4)], started=-H, est=3 * H),
+    ]
+    return cl, running
+
+
+def test_a_class_threshold_wins_over_the_policys() -> None:
+    pcs = classes(("high", ["low"]), "normal", "low")
+    pcs = tuple(replace(pc, starvation_after_s=2 * H) if pc.name == "high" else pc for pc in pcs)
+    guard = Guard(policy(priority_classes=pcs, starvation=24 * H))
+    assert guard.after("high") == 2 * H and guard.after("normal") == 24 * H
+    assert guard.after("gone") == 24 * H, "a class the policy no longer has takes the policy's threshold"
+    assert guard.starving(job(1, cls="high", submitted=-3 * H), T0)
+    assert not guard.starving(job(2, cls="normal", submitted=-3 * H), T0)
+    off = Guard(policy(priority_classes=pcs))
+    assert off.on and off.after("normal") is None, "a class may turn the guard on for itself alone"
+    assert not Guard(policy()).on
+
+
+def test_a_starving_job_its_quota_refuses_holds_nothing() -> None:
+    cl, running = _busy_two_nodes()
+    running.append(job(3, "a", 1, slots=[cl.dev("n2/7")], started=-H, est=9 * H))
+    pol = policy({"a": quota(max_jobs=1), "b": quota()}, starvation=24 * H)
+    pending = [job(10, "a", 8, submitted=-30 * H), job(11, "b", 8, submitted=-H)]
+    out = decide(snapshot(pol, cl, pending, running))
+    assert out.waiting[10].reason == reasons.QUOTA_MAX_JOBS
+    # The ordinary first blocked job gets its hold as without the guard.
+    assert out.waiting[11].reason == reasons.RESOURCES and out.waiting[11].estimated_start == T0 + H
+
+
+def test_a_job_within_its_guarantee_takes_an_ordinary_hold_but_not_a_starving_jobs() -> None:
+    # One server, half busy until 1 h: a's 8-card job holds all of it (the 4 free cards too).
+    cl = Cluster().node("n1")
+    running = [job(1, "b", 4, slots=[cl.dev(f"n1/{i}") for i in range(4)], started=-H, est=2 * H)]
+    teams = {"a": quota(), "b": quota(), "c": quota(guaranteed={"devices": 8})}
+    # c's 4-card job runs 5 h: it does not end before the hold's shadow time (1 h). c used even
+    # more than a, so a's job comes first (and holds the server) with the guard or without it.
+    pending = [job(10, "a", 8, submitted=-30 * H), job(12, "c", 4, submitted=-60, est=5 * H)]
+    usage = {("a", "u"): 1e6, ("c", "u"): 1e7}
+    guarded = decide(snapshot(policy(teams, starvation=24 * H), cl, pending, running, usage=usage))
+    assert guarded.waiting[10].estimated_start == T0 + H
+    assert 12 in guarded.waiting, "c's job would delay the starving job: it waits"
+    plain = decide(snapshot(policy(teams), cl, pending, running, usage=usage))
+    assert [s.job_id for s in plain.starts] == [12], "within its guarantee, it takes an ordinary hold's cards"
+
+
+def test_at_most_so_many_starving_jobs_hold_cards_on_one_chip_model() -> None:
+    cl = Cluster().node("n1", devices=2)
+    running = [job(1, "b", 2, slots=[cl.dev("n1/0"), cl.dev("n1/1")], started=-H, est=2 * H)]
+    pending = [job(100 + i, "a", 1, submitted=-30 * H + i, est=H) for i in range(MAX_HOLDS_PER_CHIP + 2)]
+    out = decide(snapshot(policy(starvation=24 * H), cl, pending, running))
+    held = [j for j in pending if out.waiting[j.id].estimated_start is not None]
+    assert len(held) == MAX_HOLDS_PER_CHIP
+    assert [j.id for j in held] == [j.id for j in pending[:MAX_HOLDS_PER_CHIP]], "the oldest hold first"
+    last = out.waiting[pending[-1].id]
+    assert "served before other jobs" in last.detail and "hold cards on 910B4 first" in last.detail
+    # Held one after the other on two cards: every hour two more start.
+    starts = sorted(out.waiting[j.id].estimated_start for j in held)  # type: ignore[type-var]
+    assert starts[:4] == [T0 + H, T0 + H, T0 + 2 * H, T0 + 2 * H]
+
+
+def test_explain_says_how_long_the_job_waited_and_whether_it_is_starving() -> None:
+    cl, running = _busy_two_nodes()
+    pending = [job(10, "a", 8, submitted=-30 * H), job(11, "b", 8, submitted=-H)]
+    snap = snapshot(policy(starvation=24 * H), cl, pending, running)
+    got = explain(snap, 10)
+    assert got["starvation"] == {"after_s": 24 * H, "waited_s": 30 * H, "starving": True}
+    assert got["detail"].startswith("waiting more than 24h: cards on n1 held for it from")
+    assert explain(snap, 11)["starvation"]["starving"] is False
+
+
+PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPS
+@given(worlds(starvation=True))
+def test_starving_holds_never_overlap_and_nothing_started_on_them_delays_them(snap: Snapshot) -> None:
+    tick = Tick(snap)
+    out = tick.run()
+    holds = [h for chip_holds in tick.holds.values() for h in chip_holds if h.starving]
+    for i, a in enumerate(holds):
+        for b in holds[i + 1 :]:
+            if a.devices & b.devices:
+                assert a.until <= b.shadow + 1e-6 or b.until <= a.shadow + 1e-6, "two holds on a card at once"
+    pending = {j.id: j for j in snap.pending}
+    now = snap.now.timestamp()
+    for start in out.starts:
+        j = pending[start.job_id]
+        duration = j.estimated_duration_s or j.max_duration_s or 0.0
+        for h in holds:
+            if h.job_id != j.id and h.devices & {s.device_id for s in start.slots}:
+                assert now + duration <= h.shadow + 1e-6, f"job {j.id} on cards held for job {h.job_id}"
+    # Starving jobs are decided first, oldest first (the waits and starts keep the tick's order).
+    starving = sorted((j.submitted_at, j.id) for j in snap.pending if tick.guard.starving(j, now))
+    order = [jid for jid in out.waiting] + [s.job_id for s in out.starts]
+    assert set(tick.starving) == {jid for _, jid in starving}
+    assert all(jid in order for _, jid in starving)
