@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,14 @@ def _free_port() -> int:
 
 
 class RealAgent:
-    def __init__(self, base: Path, *extra: str) -> None:
+    def __init__(self, base: Path, *extra: str, backend: Sequence[str] = ("--backend", "sim")) -> None:
         self.port = _free_port()
         self.token = secrets.token_urlsafe(24)
         token_file = base / "token"
         token_file.write_text(self.token)
         token_file.chmod(0o600)
         self.log = base / "agent.log"
-        argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", f"127.0.0.1:{self.port}"]
+        argv = [sys.executable, "-m", "devices.agent", *backend, "--listen", f"127.0.0.1:{self.port}"]
         argv += ["--token-file", str(token_file), "--state-dir", str(base / "state"), "--kill-grace", "1", *extra]
         argv += ["--jobs-as-agent", "--allow-root-jobs"]  # the jobs carry no account: run them as the agent
         with self.log.open("ab") as log:
@@ -170,6 +171,7 @@ def test_exit_reasons_in_words(tmp_path: Path) -> None:
         assert agent.wait_ended("nine")["exit_reason"] == "killed by signal SIGKILL"
         stopped = agent.call("DELETE", "/v1/jobs/long?wait=30&reason=walltime").json()
         assert stopped["exit_reason"] == "walltime exceeded"
+        assert stopped["accelerator_memory"] is None  # the simulator prints no process table: not checked
     finally:
         agent.close()
 
