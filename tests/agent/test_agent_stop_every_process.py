@@ -1,8 +1,9 @@
 """A real agent stops every process of a job on cancel, also a child that left with ``setsid``.
 
 Both ways the agent finds a job's processes run here: its own cgroup v2 (when this machine lets the
-agent make one; the test prints which ran) and, with ``--no-cgroups``, the environment mark plus the
-session. Exit reasons are checked in words on the agent's answer.
+agent make one: as root with cgroup v2 mounted writable it must; the run ends with a line saying which
+way ran) and, with ``--no-cgroups``, the environment mark plus the session. Exit reasons are checked in
+words on the agent's answer.
 """
 
 from __future__ import annotations
@@ -141,16 +142,39 @@ def _cancel_setsid_job(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dic
         agent.close()
 
 
-def test_cancel_stops_setsid_children_in_the_jobs_cgroup(tmp_path: Path) -> None:
+def _cgroup_per_job_expected() -> tuple[bool, str]:
+    """Whether an agent here may make a cgroup v2 per job: it runs as root and cgroup v2 is mounted writable."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    mount = cgroups.cgroup2_mount()
+    if mount is None:
+        return False, "no cgroup v2 hierarchy is mounted"
+    if not os.access(mount, os.W_OK):
+        return False, f"cgroup v2 at {mount} is not writable"
+    return True, f"root, with cgroup v2 writable at {mount}"
+
+
+def _stop_path(record: dict[str, Any], log: str) -> str:
+    """Which way the agent found the job's processes, as its record and its start line say."""
+    said = next((line for line in log.splitlines() if "jobs are stopped by" in line), "(no start line)")
+    if record["cgroup"]:
+        return f"own cgroup {record['cgroup']} [{said}]"
+    return f"process tracking [{said}]"
+
+
+def test_cancel_stops_setsid_children_in_the_jobs_cgroup(tmp_path: Path, record_property: Any) -> None:
     stopped, record, log = _cancel_setsid_job(tmp_path)
     assert stopped["exit_reason"] == "cancelled"
-    root, why = cgroups.detect()
-    if root is None:
-        print(f"cgroup path unavailable here ({why}): the fallback ran")
-        assert record["cgroup"] is None and "process tracking" in log
+    path = _stop_path(record, log)
+    print(f"stop path: {path}")
+    record_property("stop_path", path)  # listed at the end of the run (tests/agent/conftest.py)
+    expected, why = _cgroup_per_job_expected()
+    if expected:
+        assert record["cgroup"] and stopped["cgroup"] is True, f"{why}, but the agent did not use a cgroup: {log}"
+    if record["cgroup"] is None:
+        assert "process tracking" in log
         return
-    print(f"cgroup path ran: {record['cgroup']}")
-    assert record["cgroup"] and stopped["cgroup"] is True
+    assert stopped["cgroup"] is True
     assert not Path(record["cgroup"]).exists(), "the job's cgroup is removed once empty"
 
 
