@@ -3,7 +3,7 @@
 Both ways the agent finds a job's processes run here: its own cgroup v2 (when this machine lets the
 agent make one: as root with cgroup v2 mounted writable it must; the run ends with a line saying which
 way ran) and, with ``--no-cgroups``, the environment mark plus the session. Exit reasons are checked in
-words on the agent's answer.
+words on the agent's answer; the per-job limits in the cgroup's files where the controllers allow.
 """
 
 from __future__ import annotations
@@ -229,6 +229,42 @@ def test_memory_sizes_read_as_cgroup_sizes() -> None:
     assert cgroups.parse_bytes("1048576") == 1048576
     with pytest.raises(ValueError, match="not a size"):
         cgroups.parse_bytes("lots")
+
+
+def test_limits_are_written_to_a_cgroups_files(tmp_path: Path) -> None:
+    root = cgroups.CgroupRoot(tmp_path, frozenset({"memory", "cpu"}), has_kill=False)  # a plain directory
+    group, warnings = root.create("job-7.abc", cgroups.parse_bytes("256M"), 1.5)
+    assert warnings == []
+    assert (group / "memory.max").read_text() == "268435456"
+    assert (group / "cpu.max").read_text() == "150000 100000"
+    no_cpu = cgroups.CgroupRoot(tmp_path, frozenset({"memory"}), has_kill=False)
+    _, warnings = no_cpu.create("job-8.abc", None, 2)
+    assert warnings == ["the cpu controller is not enabled for job cgroups; cpu.max not set"]
+
+
+def test_limits_reach_a_real_jobs_cgroup(tmp_path: Path) -> None:
+    agent = RealAgent(tmp_path, "--stop-jobs-on-exit", "--job-memory-max", "256M", "--job-cpu-max", "1.5")
+    try:
+        agent.run("limited", "sleep 600")
+        record, log = _record(tmp_path, "limited"), agent.log.read_text()
+        if record["cgroup"] is None:
+            pytest.skip(f"no cgroup v2 per job can be made here: {_stop_path(record, log)}")
+        group = Path(record["cgroup"])
+        enabled = (group.parent / "cgroup.subtree_control").read_text().split()
+        written = []
+        for name, value, controller in (("memory.max", "268435456", "memory"), ("cpu.max", "150000 100000", "cpu")):
+            if controller in enabled:
+                assert (group / name).read_text().strip() == value
+                written.append(name)
+            else:
+                assert f"job limited: the {controller} controller is not enabled for job cgroups; {name} not set" in log
+        if not written:
+            pytest.skip(
+                f"job cgroups here ({group.parent}) have neither the memory nor the cpu controller (on a hybrid "
+                "host they belong to cgroup v1); the agent said it could not set memory.max and cpu.max"
+            )
+    finally:
+        agent.close()
 
 
 def test_limits_without_cgroups_are_no_ops_with_a_warning(tmp_path: Path) -> None:
