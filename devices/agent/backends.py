@@ -53,6 +53,19 @@ class DeviceReport:
 
 
 @dataclass(frozen=True)
+class ProcessTable:
+    """Who holds accelerator memory, as the vendor tool's process table lists it.
+
+    ``processes`` maps a device index to its rows (``{"pid", "name", "memory_mb"}``); a device the
+    reading did not cover (the tool failed, the card was cut from the output) is missing, and ``error``
+    says why when there was a problem.
+    """
+
+    processes: dict[int, list[dict[str, Any]]]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     """What a backend adds to a job launch: environment for the process and the vNPU it got, if any."""
 
@@ -101,6 +114,14 @@ class Backend:
         """``{device: IP of its RoCE port}`` for the rank table of a multi-node job; missing ones are left out."""
         return {}
 
+    def may_list_processes(self) -> bool:
+        """Whether :meth:`process_table` may answer (a cheap guess, no tool call): the simulator never does."""
+        return False
+
+    def process_table(self) -> ProcessTable | None:
+        """The processes holding accelerator memory on each device now; ``None``: this node prints no such table."""
+        return None
+
 
 class ToolBackend(Backend):
     """Shared plumbing for backends that shell out to a vendor tool."""
@@ -111,6 +132,7 @@ class ToolBackend(Backend):
         self._lock = threading.Lock()  # the vendor tools misbehave when run concurrently
         self._known: dict[int, str | None] = {}  # index -> chip model, from the last readings
         self._health: dict[int, str] = {}
+        self._lists_processes: bool | None = None  # whether the last complete reading had a process table
 
     def run_tool(self, args: Sequence[str]) -> tuple[str | None, str | None]:
         """Run the tool; return ``(stdout, None)`` or ``(None, why it failed)``."""
@@ -146,6 +168,17 @@ class ToolBackend(Backend):
             return f"device {index} is lost (missing from the last {self.tool} reading)"
         return None
 
+    def may_list_processes(self) -> bool:
+        return self._lists_processes is not False  # not read yet: ask the tool
+
+    def process_table(self) -> ProcessTable | None:
+        """One reading of the tool: each device's ``processes`` (``None`` on releases without the table)."""
+        report = self.collect({})
+        tables = {d["index"]: d["processes"] for d in report.devices if d.get("processes") is not None}
+        if not tables and report.error is None:
+            return None
+        return ProcessTable(tables, report.error)
+
     def _unknown_report(self, error: str, usage: Mapping[int, Sequence[DeviceUse]]) -> DeviceReport:
         """The tool could not be read: every device we know of is UNKNOWN, and we say why."""
         devices = [
@@ -166,6 +199,8 @@ class ToolBackend(Backend):
             health = "UNKNOWN" if errors else "lost"
             devices.append(device_entry(idx, model, health))
         devices.sort(key=lambda d: d["index"])
+        if not errors:
+            self._lists_processes = any(d.get("processes") is not None for d in devices)
         for dev in devices:
             dev["job_ids"] = [u.job_id for u in usage.get(dev["index"], ())]
             self._known.setdefault(dev["index"], dev["chip_model"])

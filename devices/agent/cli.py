@@ -23,6 +23,7 @@ from typing import IO
 from devices.agent import AGENT_VERSION, cgroups
 from devices.agent.accounts import AccountPolicy
 from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
+from devices.agent.device_memory import DEFAULT_RELEASE_WAIT_S
 from devices.agent.environment import (
     DEFAULT_JOB_PATH,
     JobSetup,
@@ -37,6 +38,8 @@ from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
 
 BACKENDS = ("npu-smi", "nvidia-smi", "sim")
 MAX_SIM_DEVICES = 64
+#: A stop the portal waits for (``DELETE ...?wait=``, at most 120 s) must be able to end within it.
+MAX_MEMORY_RELEASE_WAIT_S = 60.0
 
 
 def parse_listen(value: str) -> tuple[str, int, socket.AddressFamily]:
@@ -65,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tool-path", help="path of npu-smi / nvidia-smi (default: found on PATH)")
     parser.add_argument("--tool-timeout", type=float, default=15.0, help="seconds before a tool call is abandoned")
     parser.add_argument("--kill-grace", type=float, default=10.0, help="default seconds between SIGTERM and SIGKILL")
+    parser.add_argument(
+        "--memory-release-wait",
+        type=float,
+        default=DEFAULT_RELEASE_WAIT_S,
+        metavar="S",
+        help="seconds an ended job waits for the tool's process table to list no process on its cards before it "
+        "is reported ended; after them it is reported all the same, saying who holds the memory "
+        "(npu-smi, nvidia-smi; default %(default)g, 0: do not check)",
+    )
     parser.add_argument(
         "--keep-finished-days", type=float, default=14.0, help="forget finished jobs after this long (0: never)"
     )
@@ -239,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("--kill-grace", args.kill_grace), ("--keep-finished-days", args.keep_finished_days)):
         if not 0 <= value < float("inf"):
             parser.error(f"{flag} must be a non-negative number")
+    if not 0 <= args.memory_release_wait <= MAX_MEMORY_RELEASE_WAIT_S:
+        parser.error(f"--memory-release-wait must be between 0 and {MAX_MEMORY_RELEASE_WAIT_S:g} seconds")
     if args.max_log_bytes < 1024:
         parser.error("--max-log-bytes must be at least 1024")
     try:
@@ -288,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cgroup_root=cgroup_root,
         job_memory_max=memory_max,
         job_cpu_max=args.job_cpu_max,
+        memory_release_wait_s=args.memory_release_wait,
     )
     jobs.rendezvous.configure(node=node, advertise=advertise, ports=ports)
     tracking = "own cgroup" if cgroup_root else "process tracking (environment mark and session)"

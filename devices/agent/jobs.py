@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from devices.agent import cgroups, procfs
+from devices.agent import cgroups, device_memory, procfs
 from devices.agent.accounts import (
     ACCOUNT_NAME_RE,
     JOB_UMASK,
@@ -39,7 +39,7 @@ from devices.agent.accounts import (
     check_output_path,
     working_directory,
 )
-from devices.agent.backends import Backend, DeviceUse
+from devices.agent.backends import Backend, DeviceUse, ProcessTable
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
 from devices.agent.rendezvous import RendezvousService, parse_rendezvous
@@ -316,6 +316,8 @@ class Job:
     leftovers_since_ts: float | None = None
     oom_kills: int = 0
     exit_reason: str | None = None
+    memory_check_since_ts: float | None = None  # its processes are gone; its cards' memory is awaited since
+    accelerator_memory: str | None = None  # what the process table said when it was reported ended
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Job:
@@ -341,6 +343,7 @@ class Job:
             "output": self.output,
             "exit_reason": self.exit_reason,
             "cgroup": self.cgroup is not None,
+            "accelerator_memory": self.accelerator_memory,
         }
 
 
@@ -472,6 +475,7 @@ class JobManager:
         cgroup_root: cgroups.CgroupRoot | None = None,
         job_memory_max: int | None = None,
         job_cpu_max: float | None = None,
+        memory_release_wait_s: float = device_memory.DEFAULT_RELEASE_WAIT_S,
     ) -> None:
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
@@ -498,6 +502,10 @@ class JobManager:
         self.cgroup_root = cgroup_root
         self.job_memory_max = job_memory_max
         self.job_cpu_max = job_cpu_max
+        self.memory_release_wait_s = memory_release_wait_s
+        self._memory_check: threading.Thread | None = None
+        self._next_memory_check = 0.0  # time.monotonic() of the next reading of the process table
+        self._memory_waited: set[str] = set()  # jobs whose cards were still held at a reading
         if cgroup_root is None and (job_memory_max is not None or job_cpu_max is not None):
             self.warnings.append("no job cgroups on this node: --job-memory-max and --job-cpu-max have no effect")
         self.rendezvous = RendezvousService(state_dir, backend, self._running_ids)
@@ -567,8 +575,8 @@ class JobManager:
         if same_boot:
             self._wrapper_ended(job, code, ended)
             finished, code, ended = self._leftovers_gone(job)
-            if not finished:
-                return  # the monitor kills what the job left behind, then reports it ended
+            if not finished or self._await_memory(job):
+                return  # the monitor kills what the job left behind (and awaits its memory), then reports it ended
         self._finalize(job, code, ended)
 
     # -- public API -------------------------------------------------------------------------------
@@ -669,9 +677,9 @@ class JobManager:
         """SIGTERM the job's process group now, SIGKILL after ``grace_s``; idempotent.
 
         ``reason`` is recorded with the first stop request (a later one may only shorten the grace).
-        ``wait_s`` > 0 answers only once the job has ended (its whole process group is gone and its
-        devices are free) or ``wait_s`` has passed, so a caller can confirm the stop before it
-        sends another job to those devices.
+        ``wait_s`` > 0 answers only once the job has ended (every process of it is gone and, where the
+        tool lists them, no process holds its cards' memory) or ``wait_s`` has passed, so a caller can
+        confirm the stop before it sends another job to those devices.
         """
         if not _JOB_ID_RE.fullmatch(raw_id):
             raise ApiError(404, f"no job {raw_id!r} on this node")
@@ -784,6 +792,8 @@ class JobManager:
 
     # -- stopping ---------------------------------------------------------------------------------
     def _request_stop(self, job: Job, grace: float, reason: str) -> None:
+        if job.memory_check_since_ts is not None:
+            return  # nothing of it is left to stop: it ended, and only its cards' memory is awaited
         now = time.time()
         if job.stop_requested_ts is None:
             job.stop_requested_ts = now
@@ -855,7 +865,7 @@ class JobManager:
             for job in running:
                 self._request_stop(job, grace_s, reason)
         self._wake.set()
-        deadline = time.time() + grace_s + 5
+        deadline = time.time() + grace_s + 5 + self.memory_release_wait_s
         while time.time() < deadline:
             self.tick()
             with self._lock:
@@ -881,13 +891,24 @@ class JobManager:
             self._wake.clear()
 
     def tick(self) -> None:
-        """One pass: reap finished jobs, enforce time limits, escalate overdue stops, prune old records."""
+        """One pass: reap finished jobs, enforce time limits, escalate overdue stops, prune old records.
+
+        A job none of whose processes is left ends at once, or, where the backend lists the processes
+        holding accelerator memory, once its cards are free (read outside the lock: see :meth:`_check_memory`).
+        """
         now = time.time()
         with self._lock:
+            awaiting = False
             for job in [j for j in self._jobs.values() if j.state in RUNNING_STATES]:
+                if job.memory_check_since_ts is not None:
+                    awaiting = True
+                    continue
                 finished, code, ended = self._poll(job)
                 if finished:
-                    self._finalize(job, code, ended)
+                    if self._await_memory(job):
+                        awaiting = True
+                    else:
+                        self._finalize(job, code, ended)
                     continue
                 if job.max_duration_s is not None and job.stop_requested_ts is None:
                     if now - job.started_ts >= job.max_duration_s:
@@ -899,6 +920,8 @@ class JobManager:
             if self.keep_finished_s is not None and now - self._last_prune > 3600:
                 self._last_prune = now
                 self._prune(now)
+            if awaiting:
+                self._check_memory_soon()
 
     def _poll(self, job: Job) -> tuple[bool, int | None, float | None]:
         """Has the job ended? Returns ``(finished, exit status or None, end time or None)``."""
@@ -942,6 +965,77 @@ class JobManager:
             job.oom_kills = cgroups.oom_kills(Path(job.cgroup))
             cgroups.remove(Path(job.cgroup))
         return True, job.runner_status, job.runner_ended_ts
+
+    # -- accelerator memory of an ended job ------------------------------------------------------------
+    def _await_memory(self, job: Job) -> bool:
+        """The job's last process is gone: wait for its cards' memory, where the backend can tell (the caller
+        then leaves the job running or stopping); ``False``: report it ended now.
+        """
+        if self.memory_release_wait_s <= 0 or not self.backend.may_list_processes():
+            return False
+        if job.memory_check_since_ts is None:
+            job.memory_check_since_ts = time.time()
+            self._save(job)
+        return True
+
+    def _check_memory_soon(self) -> None:
+        """Read the process table in a thread of its own (a tool call may take seconds), at most every
+        :data:`device_memory.CHECK_INTERVAL_S`; the monitor goes on reaping and killing meanwhile.
+        """
+        if self._memory_check is not None and self._memory_check.is_alive():
+            return
+        if time.monotonic() < self._next_memory_check:
+            return
+        self._next_memory_check = time.monotonic() + device_memory.CHECK_INTERVAL_S
+        self._memory_check = threading.Thread(target=self._check_memory, name="memory-check", daemon=True)
+        self._memory_check.start()
+
+    def _check_memory(self) -> None:
+        """One reading of the process table, then each awaiting job is reported ended or left waiting."""
+        try:
+            table = self.backend.process_table()
+        except Exception as exc:  # a backend bug must not leave jobs stopping forever: the bound still applies
+            table = ProcessTable({}, f"reading the process table failed: {type(exc).__name__}: {exc}")
+        now = time.time()
+        with self._lock:
+            for job in [j for j in self._jobs.values() if j.state in RUNNING_STATES]:
+                if job.memory_check_since_ts is not None:
+                    self._judge_memory(job, table, now)
+        self._wake.set()
+
+    def _judge_memory(self, job: Job, table: ProcessTable | None, now: float) -> None:
+        """Report the job ended when its cards are free (or the table has none), or when the bound has run out."""
+        assert job.memory_check_since_ts is not None
+        waited = now - job.memory_check_since_ts
+        note: str | None = None
+        if table is not None:
+            found, unread = device_memory.holders(job.devices, table, self._pids_of_others_on(job))
+            if not found and (not unread or table.error is None):
+                if len(unread) < len(job.devices):  # else none of its cards is in the table: not checked
+                    note = device_memory.free_words(waited if job.job_id in self._memory_waited else None)
+            elif waited < self.memory_release_wait_s:
+                self._memory_waited.add(job.job_id)
+                return
+            elif found:
+                note = device_memory.held_words(found, self.memory_release_wait_s)
+            else:
+                note = device_memory.unconfirmed_words(table.error)
+            if note is not None and not note.startswith("accelerator memory free"):
+                print(f"npuportal-agent: job {job.job_id}: {note}", file=sys.stderr, flush=True)
+        self._memory_waited.discard(job.job_id)
+        job.accelerator_memory = note
+        self._finalize(job, job.runner_status, job.runner_ended_ts)
+
+    def _pids_of_others_on(self, job: Job) -> set[int]:
+        """Pids of the other running jobs that share a card with ``job`` (vNPU slices): their memory is theirs."""
+        pids: set[int] = set()
+        for other in self._jobs.values():
+            if other is job or other.state not in RUNNING_STATES or not set(other.devices) & set(job.devices):
+                continue
+            pids.update(self.processes(other))
+            if other.pid is not None:
+                pids.add(other.pid)
+        return pids
 
     def _finalize(self, job: Job, code: int | None, ended: float | None) -> None:
         job.ended_ts = ended or time.time()

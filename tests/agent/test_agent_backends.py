@@ -262,6 +262,7 @@ def test_agent_on_npu_smi_backend(npu_agent: int, npu_smi: FakeTool) -> None:
         time.sleep(0.05)
         reply = call(npu_agent, "GET", "/v1/jobs/3")[1]
     assert reply["output_tail"] == ["6,4"]
+    assert reply["accelerator_memory"] is None  # this npu-smi prints no process table: not checked
     npu_smi.serve("fail")
     status, body = call(npu_agent, "GET", "/v1/devices")
     assert status == 200  # a broken tool is a reading, not an agent failure

@@ -685,6 +685,7 @@ def run_agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ({"--sim-topology": "torus"}, "unknown topology"),
         ({"--backend": "npu-smi", "--sim-chip": "910B4"}, "only apply to --backend sim"),
         ({"--kill-grace": "-1"}, "--kill-grace"),
+        ({"--memory-release-wait": "61"}, "--memory-release-wait must be between 0 and 60"),
         ({"--bogus-flag": "1"}, "unrecognized arguments"),
     ],
 )

@@ -1,8 +1,9 @@
 """A real agent stops every process of a job on cancel, also a child that left with ``setsid``.
 
 Both ways the agent finds a job's processes run here: its own cgroup v2 (when this machine lets the
-agent make one; the test prints which ran) and, with ``--no-cgroups``, the environment mark plus the
-session. Exit reasons are checked in words on the agent's answer.
+agent make one: as root with cgroup v2 mounted writable it must; the run ends with a line saying which
+way ran) and, with ``--no-cgroups``, the environment mark plus the session. Exit reasons are checked in
+words on the agent's answer; the per-job limits in the cgroup's files where the controllers allow.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +40,14 @@ def _free_port() -> int:
 
 
 class RealAgent:
-    def __init__(self, base: Path, *extra: str) -> None:
+    def __init__(self, base: Path, *extra: str, backend: Sequence[str] = ("--backend", "sim")) -> None:
         self.port = _free_port()
         self.token = secrets.token_urlsafe(24)
         token_file = base / "token"
         token_file.write_text(self.token)
         token_file.chmod(0o600)
         self.log = base / "agent.log"
-        argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", f"127.0.0.1:{self.port}"]
+        argv = [sys.executable, "-m", "devices.agent", *backend, "--listen", f"127.0.0.1:{self.port}"]
         argv += ["--token-file", str(token_file), "--state-dir", str(base / "state"), "--kill-grace", "1", *extra]
         argv += ["--jobs-as-agent", "--allow-root-jobs"]  # the jobs carry no account: run them as the agent
         with self.log.open("ab") as log:
@@ -140,16 +142,39 @@ def _cancel_setsid_job(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dic
         agent.close()
 
 
-def test_cancel_stops_setsid_children_in_the_jobs_cgroup(tmp_path: Path) -> None:
+def _cgroup_per_job_expected() -> tuple[bool, str]:
+    """Whether an agent here may make a cgroup v2 per job: it runs as root and cgroup v2 is mounted writable."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    mount = cgroups.cgroup2_mount()
+    if mount is None:
+        return False, "no cgroup v2 hierarchy is mounted"
+    if not os.access(mount, os.W_OK):
+        return False, f"cgroup v2 at {mount} is not writable"
+    return True, f"root, with cgroup v2 writable at {mount}"
+
+
+def _stop_path(record: dict[str, Any], log: str) -> str:
+    """Which way the agent found the job's processes, as its record and its start line say."""
+    said = next((line for line in log.splitlines() if "jobs are stopped by" in line), "(no start line)")
+    if record["cgroup"]:
+        return f"own cgroup {record['cgroup']} [{said}]"
+    return f"process tracking [{said}]"
+
+
+def test_cancel_stops_setsid_children_in_the_jobs_cgroup(tmp_path: Path, record_property: Any) -> None:
     stopped, record, log = _cancel_setsid_job(tmp_path)
     assert stopped["exit_reason"] == "cancelled"
-    root, why = cgroups.detect()
-    if root is None:
-        print(f"cgroup path unavailable here ({why}): the fallback ran")
-        assert record["cgroup"] is None and "process tracking" in log
+    path = _stop_path(record, log)
+    print(f"stop path: {path}")
+    record_property("stop_path", path)  # listed at the end of the run (tests/agent/conftest.py)
+    expected, why = _cgroup_per_job_expected()
+    if expected:
+        assert record["cgroup"] and stopped["cgroup"] is True, f"{why}, but the agent did not use a cgroup: {log}"
+    if record["cgroup"] is None:
+        assert "process tracking" in log
         return
-    print(f"cgroup path ran: {record['cgroup']}")
-    assert record["cgroup"] and stopped["cgroup"] is True
+    assert stopped["cgroup"] is True
     assert not Path(record["cgroup"]).exists(), "the job's cgroup is removed once empty"
 
 
@@ -170,6 +195,7 @@ def test_exit_reasons_in_words(tmp_path: Path) -> None:
         assert agent.wait_ended("nine")["exit_reason"] == "killed by signal SIGKILL"
         stopped = agent.call("DELETE", "/v1/jobs/long?wait=30&reason=walltime").json()
         assert stopped["exit_reason"] == "walltime exceeded"
+        assert stopped["accelerator_memory"] is None  # the simulator prints no process table: not checked
     finally:
         agent.close()
 
@@ -203,6 +229,42 @@ def test_memory_sizes_read_as_cgroup_sizes() -> None:
     assert cgroups.parse_bytes("1048576") == 1048576
     with pytest.raises(ValueError, match="not a size"):
         cgroups.parse_bytes("lots")
+
+
+def test_limits_are_written_to_a_cgroups_files(tmp_path: Path) -> None:
+    root = cgroups.CgroupRoot(tmp_path, frozenset({"memory", "cpu"}), has_kill=False)  # a plain directory
+    group, warnings = root.create("job-7.abc", cgroups.parse_bytes("256M"), 1.5)
+    assert warnings == []
+    assert (group / "memory.max").read_text() == "268435456"
+    assert (group / "cpu.max").read_text() == "150000 100000"
+    no_cpu = cgroups.CgroupRoot(tmp_path, frozenset({"memory"}), has_kill=False)
+    _, warnings = no_cpu.create("job-8.abc", None, 2)
+    assert warnings == ["the cpu controller is not enabled for job cgroups; cpu.max not set"]
+
+
+def test_limits_reach_a_real_jobs_cgroup(tmp_path: Path) -> None:
+    agent = RealAgent(tmp_path, "--stop-jobs-on-exit", "--job-memory-max", "256M", "--job-cpu-max", "1.5")
+    try:
+        agent.run("limited", "sleep 600")
+        record, log = _record(tmp_path, "limited"), agent.log.read_text()
+        if record["cgroup"] is None:
+            pytest.skip(f"no cgroup v2 per job can be made here: {_stop_path(record, log)}")
+        group = Path(record["cgroup"])
+        enabled = (group.parent / "cgroup.subtree_control").read_text().split()
+        written = []
+        for name, value, controller in (("memory.max", "268435456", "memory"), ("cpu.max", "150000 100000", "cpu")):
+            if controller in enabled:
+                assert (group / name).read_text().strip() == value
+                written.append(name)
+            else:
+                assert f"job limited: the {controller} controller is not enabled for job cgroups; {name} not set" in log
+        if not written:
+            pytest.skip(
+                f"job cgroups here ({group.parent}) have neither the memory nor the cpu controller (on a hybrid "
+                "host they belong to cgroup v1); the agent said it could not set memory.max and cpu.max"
+            )
+    finally:
+        agent.close()
 
 
 def test_limits_without_cgroups_are_no_ops_with_a_warning(tmp_path: Path) -> None:
