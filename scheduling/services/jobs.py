@@ -234,10 +234,9 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
         raise SubmissionError("estimated_duration_s", f"must not exceed max_duration_s ({max_s})")
 
     chip = (spec.chip_model or "").strip()
-    # One indexed count answers both "is there such a chip?" and "are there enough cards?";
-    # the list of known chips is read only to word the error.
-    size = _device_count(chip) if chip or not spec.vnpu_template else None
-    if chip and not size:
+    # One indexed count answers "is there such a chip?"; the list of known chips is read only
+    # to word the error. Whether there are enough cards is the engine's to say (below).
+    if chip and not _device_count(chip):
         chips = sorted(
             set(
                 Device.objects.filter(node__removed_at__isnull=True)
@@ -268,12 +267,8 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
     else:
         if not isinstance(spec.num_devices, int) or isinstance(spec.num_devices, bool) or spec.num_devices < 1:
             raise SubmissionError("num_devices", "must be a whole number >= 1")
-        assert size is not None
-        if spec.num_devices > size:
-            raise SubmissionError(
-                "num_devices",
-                f"asks for {spec.num_devices} devices; the cluster has {size}" + (f" of {chip}" if chip else ""),
-            )
+    # More cards than any pool holds, a shape no server offers, a quota that never allows it:
+    # one rule (scheduling/engine/feasibility.py), the one the tick and the simulator apply.
     impossible = feasibility.check(
         policy,
         Request(
