@@ -102,8 +102,17 @@ def test_the_api_refusing_exits_1_with_its_sentence(cli) -> None:
     before = Job.objects.count()
     code, _, err = cli("member", "submit", "--vnpu", "vir99", "--", "x")
     assert code == 1 and "vnpu_template: unknown vNPU template 'vir99'" in err
-    code, _, err = cli("member", "submit", "--devices", "500", "--", "x")
-    assert code == 1 and "num_devices" in err
+    # 25 cards: more than training may hold (24) and than any chip pool (16); the engine's rule says so.
+    code, out, err = cli("member", "submit", "--devices", "25", "--", "x")
+    assert (code, out) == (1, "")
+    assert err == (
+        "npuctl: num_devices: this job can never run here: asks for 25 devices; "
+        "no chip model has that many (910B4: 16, 910A: 8, 310P3: 4)\n"
+    ), err
+    code, _, err = cli("member", "submit", "--devices", "17", "--chip", "910B4", "--array", "3", "--", "x")
+    assert code == 1 and err == (
+        "npuctl: num_devices: this job can never run here: asks for 17 devices; the cluster has 16 of 910B4\n"
+    ), err
     code, _, err = cli("member", "submit", "--team", "research", "--", "x")
     assert code == 1 and "team" in err
     assert Job.objects.count() == before

@@ -28,6 +28,10 @@ pytestmark = pytest.mark.django_db
         ("failed", -11, None, "killed by signal SIGSEGV"),
         ("failed", -15, "Walltime", "walltime exceeded"),
         ("failed", -9, "OutOfMemory", "out of memory"),
+        ("preempted", None, None, "preempted"),  # onPreempt: cancel
+        ("failed", -15, "Preempted", "preempted"),
+        ("failed", None, "LostOnAgent", "node lost"),
+        ("failed", -9, "NodeUnreachable", "node lost"),
         ("failed", None, None, "no exit status"),
         ("cancelled", None, None, "cancelled"),
         ("running", None, None, None),

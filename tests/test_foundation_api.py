@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import Job
+from scheduling.models import Job, JobEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +16,7 @@ GOOD = {"name": "ok", "command": "sleep 1", "num_devices": 1, "estimated_duratio
     [
         ({"num_devices": -1}, "num_devices", ""),
         ({"num_devices": "many"}, "num_devices", ""),
-        ({"num_devices": 10000}, "num_devices", "cluster has"),
+        ({"num_devices": 10000}, "num_devices", "no chip model has that many"),
         ({"name": ""}, "name", ""),
         ({"command": None}, "command", ""),
         ({"vnpu_template": "vir99"}, "vnpu_template", "unknown"),
@@ -39,6 +39,29 @@ def test_bad_submissions_get_400_naming_the_field_and_change_nothing(
     assert data["field"] == field
     assert words in data["error"]
     assert Job.objects.count() == before
+
+
+@pytest.mark.parametrize("array", [None, 3])
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        # training may hold 24 cards; the largest chip pool has 16.
+        ({"num_devices": 25}, "asks for 25 devices; no chip model has that many (910B4: 16, 910A: 8, 310P3: 4)"),
+        ({"num_devices": 17, "chip_model": "910B4"}, "asks for 17 devices; the cluster has 16 of 910B4"),
+    ],
+)
+def test_a_job_that_can_never_run_is_a_400_naming_num_devices_and_stores_nothing(
+    demo, api, user_factory, body, why, array
+) -> None:
+    """Accepted, such a job would wait forever "at its device limit ... for now"; the engine's rule says why."""
+    lead = user_factory("lena", team="training", role="lead")
+    before = (Job.objects.count(), JobEvent.objects.count())
+    resp = api(lead).post("/api/v1/jobs/", {**GOOD, **body, **({"array": array} if array else {})}, format="json")
+    assert resp.status_code == 400, resp.content
+    message = f"this job can never run here: {why}"
+    expected = {"error": f"num_devices: {message}", "field": "num_devices", "details": {"num_devices": [message]}}
+    assert resp.json() == expected
+    assert (Job.objects.count(), JobEvent.objects.count()) == before
 
 
 def test_max_duration_above_the_teams_limit_is_refused(demo, api, user_factory) -> None:

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from scheduling.models import Job, JobOutput
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
-from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, submit, tick
+from tests.test_lifecycle_harness import cluster, eager_celery, node_of, open_devices, poll, submit, tick
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 __all__ = ["cluster", "eager_celery", "submit"]  # fixtures, imported for pytest
@@ -58,6 +58,41 @@ def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluste
     agent.kill(signal.SIGTERM)  # the node is gone: the kept end still answers
     after = _log(lead, job)
     assert after["data"] == seen and after["complete"] and after["source"] == "saved"
+
+
+def _first_output(client, job: Job, **params: object) -> dict:  # type: ignore[no-untyped-def]
+    """The log once the run has written something (its first line comes at once)."""
+    deadline = time.monotonic() + 10
+    while not (chunk := _log(client, job, **params))["data"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return chunk
+
+
+def test_an_earlier_runs_output_is_read_with_attempt_after_a_requeue(cluster, submit, api) -> None:
+    """A card fails under the first run: the job runs again, and ``?attempt=1`` still reads the first run."""
+    lead = api(get_user_model().objects.get(username="lead-training"))
+    job = submit('echo "run $NPUPORTAL_JOB_ID"; sleep 30')
+    tick()
+    job = Job.objects.get(pk=job.pk)
+    agent = cluster[node_of(job)]
+    agent.wait_job(job.agent_job_id, {"running"})
+    assert _first_output(lead, job)["data"] == f"run {job.pk}.1\n"
+    poll()
+    agent.fault(open_devices(job)[0].index, "ecc")
+    assert job.pk in poll().requeued  # the end of the first run is kept as it leaves its cards
+    tick()
+    job = Job.objects.get(pk=job.pk)
+    assert job.state == Job.State.RUNNING and job.agent_job_id == f"{job.pk}.2"
+    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"})
+
+    latest = _first_output(lead, job)
+    assert (latest["attempt"], latest["attempts"], latest["data"]) == (2, 2, f"run {job.pk}.2\n")
+    first = _log(lead, job, attempt=1)
+    assert (first["attempt"], first["data"], first["complete"]) == (1, f"run {job.pk}.1\n", True)
+    assert first["source"] == "saved" and JobOutput.objects.filter(job=job, attempt=1).exists()
+    assert _log(lead, job, attempt=1, tail=1)["data"] == f"run {job.pk}.1\n"
+    resp = lead.get(f"/api/v1/jobs/{job.pk}/log/", {"attempt": "3"})
+    assert resp.status_code == 400 and resp.json()["field"] == "attempt"
 
 
 def test_log_parameters_are_checked_and_other_teams_see_nothing(cluster, submit, api, user_factory) -> None:

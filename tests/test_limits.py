@@ -14,7 +14,9 @@ import pytest
 from django.conf import settings
 from django.test import Client, override_settings
 
+from devices.agent.environment import MAX_ENV_BYTES
 from scheduling.models import Job, JobEvent
+from scheduling.services.jobs import MAX_PATH_CHARS
 
 pytestmark = pytest.mark.django_db
 
@@ -123,6 +125,30 @@ def test_total_bytes_of_one_submission_are_bounded(member, api) -> None:
         _refused(_post(client, {**JOB, "array": 101, "command": "x" * 5}), "array", "at most 1,000 bytes")
         # One job counts too (a limit set below the command limit): then its command is at fault.
         _refused(_post(client, {**JOB, "command": "x" * 1000}), "command", "the job is 1,002 bytes", "1,000 bytes")
+
+
+def test_env_cwd_and_output_count_in_the_bytes_of_one_submission(member, api) -> None:
+    """1,000 copies with 16 KiB of ``env`` each would store about 16 MiB: over the bound, like long commands."""
+    client = api(member)
+    before = _written()
+    env = {"BIG": "x" * (MAX_ENV_BYTES - len("BIG="))}  # the env limit exactly: 16,384 bytes
+    resp = _post(client, {**JOB, "array": 1000, "env": env})
+    _refused(
+        resp,
+        "array",
+        "1,000 copies of 16,398 bytes each (command, name, env, cwd and output)",  # 7 + 7 (ok[999]) + 16,384
+        "16,398,000 bytes (15.6 MiB)",
+        "at most 8,388,608 bytes (8 MiB)",
+    )
+    assert _written() == before
+    path = "/" + "p" * (MAX_PATH_CHARS - 1)
+    with override_settings(MAX_SUBMIT_BYTES=3000):
+        # 7 (command) + 5 (ok[1]) + 1,024 + 1,024 = 2,060 bytes a copy.
+        _refused(_post(client, {**JOB, "array": 2, "cwd": path, "output": path}), "array", "2 copies of 2,060 bytes")
+        # One job over it: the part to shorten is named.
+        _refused(_post(client, {**JOB, "env": {"A": "x" * 3000}}), "env", "the job is 3,011 bytes")
+        assert _written() == before
+        assert _post(client, {**JOB, "cwd": path, "output": path}).status_code == 201
 
 
 def test_a_body_over_the_request_limit_is_413_in_the_error_shape(member, api) -> None:

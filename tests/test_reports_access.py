@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from quotas.accounting.statements import close_month
+from quotas.services import active_policy
 from tests.test_chargeback_harness import at, world  # noqa: F401 - world is a fixture
 
 pytestmark = [pytest.mark.django_db, pytest.mark.clock]
@@ -87,6 +92,14 @@ def test_the_reports_page_of_a_lead_names_no_other_team(client, closed) -> None:
     text = page.content.decode()
     assert "alpha" in text and "beta" not in text and "@cluster" not in text
     assert client.get("/reports/").status_code == 200  # this month, live
+    # The page says which clock its months, days and times are on, as the job pages do.
+    zone_name = active_policy().policy.timezone
+    assert f"Months and days on the policy clock ({zone_name})." in text
+    assert f"Times are {zone_name}, the policy's clock." in text
+    counted = re.search(r'Counted up to <time datetime="([^"]+)" title="[^"]+">([^<]+)</time>', text)
+    assert counted, text
+    local = datetime.fromisoformat(counted[1]).astimezone(ZoneInfo(zone_name))
+    assert counted[2] == f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
 
 
 def test_anonymous_users_log_in_first(client, api, closed) -> None:

@@ -79,7 +79,6 @@ def check_submitted_env(env: object) -> dict[str, str]:
         raise ValueError("must be an object of NAME: value strings")
     if len(env) > MAX_ENV_VARS:
         raise ValueError(f"has {len(env)} variables; at most {MAX_ENV_VARS} are allowed")
-    total = 0
     checked: dict[str, str] = {}
     for name, value in env.items():
         if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
@@ -91,13 +90,19 @@ def check_submitted_env(env: object) -> dict[str, str]:
         if "\0" in value:
             raise ValueError(f"{name} must not contain NUL characters")
         try:
-            total += len(name) + 1 + len(value.encode("utf-8"))
+            value.encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError(f"{name} must be valid text") from None
         checked[name] = value
+    total = env_bytes(checked)
     if total > MAX_ENV_BYTES:
         raise ValueError(f"is {total:,} bytes; at most {MAX_ENV_BYTES:,} bytes of names and values are allowed")
     return checked
+
+
+def env_bytes(env: Mapping[str, str]) -> int:
+    """Bytes of a checked ``env`` as its limit counts them: ``NAME=VALUE`` in UTF-8, for each variable."""
+    return sum(len(name) + 1 + len(value.encode("utf-8")) for name, value in env.items())
 
 
 def check_site_env(env: Mapping[str, str]) -> dict[str, str]:

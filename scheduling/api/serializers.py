@@ -320,7 +320,7 @@ class JobSubmitSerializer(fields.InputSerializer):
         min_value=1,
         required=False,
         help_text="Submit this many copies, like Slurm's --array=0-(N-1); at most NPUPORTAL_MAX_ARRAY (default 1000)"
-        " and NPUPORTAL_MAX_SUBMIT_BYTES of commands and names in all (default 8 MiB)",
+        " and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
     )
 
 

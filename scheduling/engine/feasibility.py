@@ -107,6 +107,12 @@ class Shapes:
             inventory_key=object(),
         )
         self._state: ClusterState | None = ClusterState(snapshot, "binpack", 0.0)
+        #: Cards of each chip model in the inventory, largest pool first (ties by name).
+        counts: dict[str, int] = {}
+        for node in nodes:
+            for dev in node.devices:
+                counts[dev.chip_model] = counts.get(dev.chip_model, 0) + 1
+        self.cards: dict[str, int] = dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
         self._cache: dict[tuple, Need] = {}
         self._answers: dict[tuple, tuple[dict[str, float], str | None, str]] = {}
 
@@ -147,6 +153,9 @@ def never_runnable(
 
 def check(policy: Policy, request: Request, shapes: Shapes) -> Impossible | None:
     """:func:`never_runnable` with the inventory's shapes already laid out (many questions, one layout)."""
+    too_many = pool_check(request, shapes.cards)
+    if too_many is not None:
+        return too_many
     units, reason, detail = shapes.fit(request.chip_model, request.vnpu_template, request.num_devices)
     if units:
         return quota_check(policy, request, units)
@@ -158,6 +167,27 @@ def check(policy: Policy, request: Request, shapes: Shapes) -> Impossible | None
         else:
             blame = "num_devices"
         return Impossible(blame, detail or reasons.describe(reason or reasons.TOPOLOGY))
+    return None
+
+
+def pool_check(request: Request, cards: Mapping[str, int]) -> Impossible | None:
+    """More whole cards than any chip pool the job may use holds (``cards``: chip model -> cards, largest first).
+
+    Asked first, since it is the plainest reason: a job of 25 cards on a cluster whose largest
+    pool has 16 is refused for that, not for how 25 cards would have to be laid on its servers.
+    A chip model the cluster does not have is the shape check's to name.
+    """
+    if request.vnpu_template is not None:
+        return None
+    n = request.num_devices
+    if request.chip_model is not None:
+        held = cards.get(request.chip_model)
+        if held is not None and n > held:
+            return Impossible("num_devices", f"asks for {n} devices; the cluster has {held} of {request.chip_model}")
+        return None
+    if cards and n > max(cards.values()):
+        pools = ", ".join(f"{chip}: {count}" for chip, count in cards.items())
+        return Impossible("num_devices", f"asks for {n} devices; no chip model has that many ({pools})")
     return None
 
 

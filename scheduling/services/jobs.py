@@ -17,7 +17,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from devices.agent.environment import check_submitted_env
+from devices.agent.environment import check_submitted_env, env_bytes
 from devices.models import Device, Node, VnpuTemplate
 from devices.services.draining import mark_drained
 from npuportal import row_reads
@@ -152,8 +152,9 @@ def _text_bytes(field_name: str, value: str) -> int:
 def check_size(spec: JobSpec, count: int = 1) -> int:
     """Refuse a submission larger than the limits (docs/api.md#limits) before anything is read or written.
 
-    ``count`` is the number of copies (a job array). Returns the bytes of one copy
-    (command and name). Settings are read at each call, so a deployment's limits apply at once.
+    ``count`` is the number of copies (a job array). Returns the bytes of one copy: its command,
+    name, ``env``, ``cwd`` and ``output``, everything of a job that grows with what is sent.
+    Settings are read at each call, so a deployment's limits apply at once.
     """
     if not isinstance(spec.name, str) or not spec.name.strip():
         raise SubmissionError("name", "must be a non-empty string")
@@ -170,17 +171,26 @@ def check_size(spec: JobSpec, count: int = 1) -> int:
         )
     if count > settings.MAX_ARRAY:
         raise SubmissionError("array", f"asks for {count:,} copies; at most {settings.MAX_ARRAY:,} in one array")
-    job_bytes = command_bytes + _text_bytes("name", spec.name)
+    check_run_settings(spec)  # env, cwd and output each within its own limit, so counting them is cheap
+    parts = {
+        "command": command_bytes,
+        "env": env_bytes(spec.env),
+        "cwd": _text_bytes("cwd", spec.cwd),
+        "output": _text_bytes("output", spec.output),
+    }
+    job_bytes = sum(parts.values()) + _text_bytes("name", spec.name)
     if count * job_bytes > settings.MAX_SUBMIT_BYTES:
         most = f"one submission may write at most {in_words(settings.MAX_SUBMIT_BYTES)}"
-        if count == 1:  # a limit set below the command's: the command is what to shorten
-            raise SubmissionError("command", f"with its name, the job is {in_words(job_bytes)}; {most}")
+        if count == 1:  # a limit set below one job's size: the largest part is what to shorten
+            raise SubmissionError(
+                max(parts, key=parts.__getitem__),
+                f"with its name, env, cwd and output, the job is {in_words(job_bytes)}; {most}",
+            )
         raise SubmissionError(
             "array",
-            f"{count:,} copies of {job_bytes:,} bytes each (command and name) make {in_words(count * job_bytes)}; "
-            + most,
+            f"{count:,} copies of {job_bytes:,} bytes each (command, name, env, cwd and output) make "
+            f"{in_words(count * job_bytes)}; " + most,
         )
-    check_run_settings(spec)
     return job_bytes
 
 
@@ -224,10 +234,9 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
         raise SubmissionError("estimated_duration_s", f"must not exceed max_duration_s ({max_s})")
 
     chip = (spec.chip_model or "").strip()
-    # One indexed count answers both "is there such a chip?" and "are there enough cards?";
-    # the list of known chips is read only to word the error.
-    size = _device_count(chip) if chip or not spec.vnpu_template else None
-    if chip and not size:
+    # One indexed count answers "is there such a chip?"; the list of known chips is read only
+    # to word the error. Whether there are enough cards is the engine's to say (below).
+    if chip and not _device_count(chip):
         chips = sorted(
             set(
                 Device.objects.filter(node__removed_at__isnull=True)
@@ -258,12 +267,8 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
     else:
         if not isinstance(spec.num_devices, int) or isinstance(spec.num_devices, bool) or spec.num_devices < 1:
             raise SubmissionError("num_devices", "must be a whole number >= 1")
-        assert size is not None
-        if spec.num_devices > size:
-            raise SubmissionError(
-                "num_devices",
-                f"asks for {spec.num_devices} devices; the cluster has {size}" + (f" of {chip}" if chip else ""),
-            )
+    # More cards than any pool holds, a shape no server offers, a quota that never allows it:
+    # one rule (scheduling/engine/feasibility.py), the one the tick and the simulator apply.
     impossible = feasibility.check(
         policy,
         Request(
