@@ -44,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from scheduling.engine import reasons
 from scheduling.engine.feasibility import Request, Shapes, check
 from scheduling.engine.policy import DEVICES, Policy, Quota, quota_at
 from scheduling.engine.snapshot import (
@@ -113,6 +114,8 @@ class SimJob:
     end: float | None = None  # completion or cancellation time
     #: The first estimated start a sampled planning pass gave it (``estimates_every``).
     first_estimate: float | None = None
+    #: Seconds it waited with a reason of its own team's limits (``reasons.QUOTA_REASONS``).
+    own_limits_s: float = 0.0
 
 
 def _default_class(policy: Policy) -> str:
@@ -850,6 +853,11 @@ class Simulation:
         self.team_stats = {t: _TeamStats() for t in teams}
         self.class_waits: dict[str, list[float]] = defaultdict(list)
         self.waits: list[float] = []
+        #: Each started job's wait less the time its own team's limits held it (``wait_s.beyond_own_limits``).
+        self.waits_beyond: list[float] = []
+        #: Jobs the last decide left waiting for their own team's limits, and since when.
+        self._own_waiting: list[SimJob] = []
+        self._own_since = 0.0
         self.team_pending: dict[str, int] = defaultdict(int)
         self.entitled = _entitlements(policy, teams)
 
@@ -1008,6 +1016,7 @@ class Simulation:
                 self._sample_estimates(snapshot, decisions, t)
             if self.keep_promises:
                 self.promises = decisions.promises
+            self._count_own_limits(decisions, t)
             again, started_teams = self._apply(decisions, t, snapshot.now)
             started_any = started_any or bool(started_teams)
             self.last_waiting = decisions.waiting
@@ -1016,6 +1025,21 @@ class Simulation:
             if not again or not self.pending:
                 break
         return started_any
+
+    def _count_own_limits(self, decisions: Decisions, t: float) -> None:
+        """Charge the time since the last decide to the jobs it left waiting for their own team's limits.
+
+        A wait holds until the next decide (nothing changes in between), so each such
+        job's ``own_limits_s`` grows by the time between the two calls.
+        """
+        since = self._own_since
+        for sj in self._own_waiting:
+            sj.own_limits_s += t - since
+        by_id = self.by_id
+        self._own_waiting = [
+            by_id[jid] for jid, wait in decisions.waiting.items() if wait.reason in reasons.QUOTA_REASONS
+        ]
+        self._own_since = t
 
     def _sample_estimates(self, snapshot: Snapshot, decisions: Decisions, t: float) -> None:
         """Run the planning pass on a copy of the waits; remember each job's first estimate."""
@@ -1133,6 +1157,7 @@ class Simulation:
                 self.estimate_errors.append(t - sj.first_estimate)
             wait = t - js.submitted_at
             self.waits.append(wait)
+            self.waits_beyond.append(wait - sj.own_limits_s)
             self.class_waits[js.priority_class].append(wait)
             stats = self.team_stats[js.team]
             stats.waits.append(wait)
@@ -1356,6 +1381,7 @@ class Simulation:
             },
             "wait_s": {
                 "overall": _summary(self.waits),
+                "beyond_own_limits": _summary(self.waits_beyond),
                 "by_class": {c: _summary(w) for c, w in sorted(self.class_waits.items())},
                 "by_team": {team: teams[team]["wait_s"] for team in self.teams},
             },

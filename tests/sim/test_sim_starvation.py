@@ -44,3 +44,14 @@ def test_with_the_guard_the_big_job_holds_its_cards_and_starts_by_its_shadow_tim
     assert during, "no small job started while the big one held its cards"
     # And b's stream is not starved in turn: every b job starts within the 40 hours plus a few.
     assert max(s for j, s in starts.items() if j.startswith("b")) < 48 * HOUR
+
+
+def test_the_wait_a_teams_own_max_explains_is_told_apart() -> None:
+    # One server of 8 cards; team a may hold 4. Two 4-card jobs of a at 0 (100 s and 300 s):
+    # the second waits for a's own max until the first ends at 100, though 4 cards are free.
+    rows = [row("a1", 0, 100, 4), row("a2", 0, 300, 4), row("b1", 10, 50, 4, tenant="b")]
+    policy = make_policy([{"name": "a", "quota": {"max": {"devices": 4}}}, {"name": "b"}])
+    out = run_simulation(rows, make_cluster(1, 8), policy, job_records=True)
+    waits = out["policy"]["wait_s"]
+    assert waits["overall"]["max"] == 100  # a2 starts when a1 ends
+    assert waits["beyond_own_limits"]["max"] == 0  # all of it was a's own max; b1 started at once
