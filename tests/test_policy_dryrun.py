@@ -69,7 +69,7 @@ def test_apply_dry_run_prints_the_per_team_difference_and_stores_nothing(demo, a
     assert Policy.objects.count() == 1
 
 
-def _starving_load() -> None:
+def _starving_load() -> int:
     """Three days ago, on the 16 × 910B4: research fills 8 cards for 2 hours, then training
     (2.5 times research's shares) submits a 4-card, 1-hour job every 10 minutes for 20 hours, more
     than the cards run; at 2 hours research submits one 8-card job, which fair share keeps
@@ -100,20 +100,34 @@ def _starving_load() -> None:
 
     jobs = [job("research", 0, 8, 2)]
     jobs += [job("training", i * 600, 4, 1) for i in range(120)]
-    jobs.append(job("research", 2 * 3600, 8, 1))
+    big = job("research", 2 * 3600, 8, 1)
+    jobs.append(big)
     Job.objects.bulk_create(jobs)
+    return Job.objects.get(name=big.name, team=teams["research"]).pk
 
 
 def test_apply_dry_run_shows_what_a_starvation_guard_changes_over_the_last_7_days(demo, tmp_path) -> None:
-    _starving_load()
+    big = _starving_load()
     guarded = DEMO.replace("  backfill: true\n", "  backfill: true\n  starvation: {after: 2h}\n")
     assert guarded != DEMO
     code, out, _ = run("apply", write(tmp_path, guarded), "--dry-run")
     assert code == 0, out
     assert "starvation.after: off → 2h" in out
-    result = dry_run(active_policy().policy, parse_policy(guarded), days=7)
-    research = result["comparison"]["teams"]["research"]["wait_max_s"]
-    assert research["b"] < research["a"], research  # its big job no longer waits out the backlog
+    current, candidate = active_policy().policy, parse_policy(guarded)
+    result = dry_run(current, candidate, days=7)
+    # The replay the dry run made, job by job: research's big job no longer waits out the backlog.
+    until = timezone.now()
+    rows = recorded_rows(until - timedelta(days=7), until)
+    waits = [
+        {
+            r["job_id"]: r["wait_s"]
+            for r in run_simulation(rows, cluster_spec(), p, start=until - timedelta(days=7), job_records=True)[
+                "job_records"
+            ]["policy"]
+        }[str(big)]
+        for p in (current, candidate)
+    ]
+    assert waits[1] < waits[0], waits
     longest = result["comparison"]["overall"]["wait_max_s"]
     assert f"longest wait {longest['a']:.1f} → {longest['b']:.1f} s" in out
     assert Policy.objects.count() == 1, "a dry run stores nothing"
