@@ -44,6 +44,7 @@ COMPILED = (
     "reservations",
     "schedules",
     "snapshot",
+    "work_lost",
 )
 
 _HERE = Path(__file__).resolve().parent

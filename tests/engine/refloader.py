@@ -35,6 +35,7 @@ DECISION_MODULES = (
     "reasons",
     "record",
     "reservations",
+    "work_lost",
 )
 PACKAGE = "_npuportal_ref_engine"
 
