@@ -20,12 +20,15 @@ from __future__ import annotations
 import math
 
 
+def last_checkpoint(started_at: float, at: float, checkpoint_interval_s: float | None = None) -> float:
+    """When a job that started at ``started_at`` last saved its state before ``at`` (its start if it never did)."""
+    if checkpoint_interval_s is None or checkpoint_interval_s <= 0.0 or at <= started_at:
+        return started_at
+    return min(started_at + math.floor((at - started_at) / checkpoint_interval_s) * checkpoint_interval_s, at)
+
+
 def device_hours_lost(units: float, started_at: float, at: float, checkpoint_interval_s: float | None = None) -> float:
     """Device-hours lost if a job of ``units`` that started at ``started_at`` stops at ``at`` (see the module)."""
-    elapsed = at - started_at
-    if elapsed <= 0.0:
+    if at <= started_at:
         return 0.0
-    if checkpoint_interval_s is not None and checkpoint_interval_s > 0.0:
-        last_checkpoint = started_at + math.floor(elapsed / checkpoint_interval_s) * checkpoint_interval_s
-        elapsed = max(at - last_checkpoint, 0.0)
-    return units * elapsed / 3600.0
+    return units * (at - last_checkpoint(started_at, at, checkpoint_interval_s)) / 3600.0

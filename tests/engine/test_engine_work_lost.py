@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from scheduling.engine.decide import decide
 from scheduling.engine.snapshot import JobState, NodeState, Snapshot
-from scheduling.engine.work_lost import device_hours_lost
+from scheduling.engine.work_lost import device_hours_lost, last_checkpoint
 
 
 def test_a_job_without_checkpoints_loses_everything_since_its_start() -> None:
@@ -30,6 +30,8 @@ def test_a_checkpointing_job_loses_the_work_since_its_last_checkpoint() -> None:
     # Stopped right at a checkpoint it loses nothing; before its first, all since its start.
     assert device_hours_lost(8, T0 - 7200, T0, 3600) == 0.0
     assert device_hours_lost(2, T0 - 600, T0, 3600) == pytest.approx(2 * 600 / 3600)
+    assert last_checkpoint(start, T0, 3600) == start + 2 * 3600
+    assert last_checkpoint(start, T0, None) == start
 
 
 TEAMS = ("b", "c")
