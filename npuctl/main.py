@@ -172,6 +172,7 @@ def cmd_submit(api: Client, args: argparse.Namespace) -> int:
         ("priority_class", args.pclass),
         ("estimated_duration_s", args.time),
         ("max_duration_s", args.max_time),
+        ("checkpoint_interval_s", args.checkpoint_interval),
         ("array", args.array),
         ("cwd", args.chdir),
         ("output", args.output),
@@ -336,7 +337,12 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         ("command", job["command"]),
         (
             "time",
-            f"estimated {format_duration(job['estimated_duration_s'])}, max {format_duration(job['max_duration_s'])}",
+            f"estimated {format_duration(job['estimated_duration_s'])}, max {format_duration(job['max_duration_s'])}"
+            + (
+                f", checkpoints every {format_duration(job['checkpoint_interval_s'])}"
+                if job.get("checkpoint_interval_s")
+                else ""
+            ),
         ),
         ("submitted", when(job["submitted_at"], seconds=True)),
         ("started", when(job["started_at"], seconds=True)),
@@ -747,6 +753,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--class", dest="pclass", metavar="CLASS", help="priority class (default: the policy's default)")
     p.add_argument("--time", "-t", type=_duration, metavar="DURATION", help="estimated run time, e.g. 2h (default 1h)")
     p.add_argument("--max-time", type=_duration, metavar="DURATION", help="hard limit, e.g. 1d")
+    p.add_argument(
+        "--checkpoint-interval",
+        type=_duration,
+        metavar="DURATION",
+        help="the job saves its state this often, e.g. 30m: preempted, it loses only the work since the last save",
+    )
     p.add_argument("--team", help="team (needed when you are in several)")
     p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
     p.add_argument(

@@ -79,6 +79,7 @@ def recorded_rows(since: datetime, until: datetime) -> list[dict[str, Any]]:
             "status": job.state,
             "priority_class": job.priority_class,
             "chip_model": job.chip_model or None,
+            "checkpoint_interval_s": job.checkpoint_interval_s,
         }
         if job.vnpu_template is not None:
             card = cores.get(job.vnpu_template.chip_model) or job.vnpu_template.ai_cores

@@ -55,6 +55,12 @@ class JobSubmitForm(forms.Form):
     vnpu_template = forms.ChoiceField(label="vNPU slice (instead of cards)", required=False)
     estimated_duration_s = DurationField(label="Estimated run time", initial="1h")
     max_duration_s = DurationField(label="Maximum run time", required=False)
+    checkpoint_interval_s = DurationField(
+        label="Checkpoints every",
+        required=False,
+        help_text="If the job saves its state this often (e.g. 30m): preempted, it loses only the work since its "
+        "last checkpoint, and the scheduler picks victims that lose the least work. Leave empty if it does not.",
+    )
     array = forms.IntegerField(
         label="Copies (job array)",
         min_value=1,

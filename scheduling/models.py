@@ -34,6 +34,12 @@ class Job(models.Model):
     chip_model = models.CharField(max_length=50, blank=True)
     estimated_duration_s = models.PositiveIntegerField(default=3600)
     max_duration_s = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_interval_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The job saves its state this often (seconds from its start): preempted, it loses only the work "
+        "since its last checkpoint, and victims are chosen to lose the least work",
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

@@ -182,6 +182,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
             vnpu_template=data["vnpu_template"] or None,
             estimated_duration_s=data["estimated_duration_s"],
             max_duration_s=data["max_duration_s"],
+            checkpoint_interval_s=data["checkpoint_interval_s"],
         )
         copies = data["array"]
         try:
@@ -241,6 +242,7 @@ def job_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
         vnpu_template=job.vnpu_template.name if job.vnpu_template else None,
         estimated_duration_s=job.estimated_duration_s,
         max_duration_s=job.max_duration_s,
+        checkpoint_interval_s=job.checkpoint_interval_s,
     )
     try:
         new = job_service.submit_job(team=job.team, user=request.user, spec=spec)

@@ -90,6 +90,15 @@ def test_submit_queue_show_cancel(cli) -> None:
     assert code == 1 and "already cancelled" in err
 
 
+def test_submit_with_a_checkpoint_interval(cli) -> None:
+    code, out, _ = cli("member", "submit", "--checkpoint-interval", "30m", "--", "python", "train.py")
+    assert code == 0, out
+    job_id = int(out.split()[2])
+    assert Job.objects.get(pk=job_id).checkpoint_interval_s == 1800
+    code, out, _ = cli("member", "show", str(job_id))
+    assert code == 0 and "checkpoints every 30m" in out
+
+
 def test_submit_array_and_json(cli) -> None:
     code, out, _ = cli("member", "--json", "submit", "--array", "3", "--command", "sleep 5", "--vnpu", "vir02")
     assert code == 0

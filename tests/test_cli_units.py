@@ -44,6 +44,7 @@ def test_table_aligns_columns_and_marks_empty_cells() -> None:
     [
         ["submit", "--devices", "0", "--", "python", "x.py"],
         ["submit", "--time", "2x", "--", "python", "x.py"],
+        ["submit", "--checkpoint-interval", "often", "--", "python", "x.py"],
         ["submit", "--devices", "many", "--", "python", "x.py"],
         ["cancel", "abc"],
         ["usage", "--month", "2026-13"],

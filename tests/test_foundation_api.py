@@ -25,6 +25,9 @@ GOOD = {"name": "ok", "command": "sleep 1", "num_devices": 1, "estimated_duratio
         ({"priority_class": "critical"}, "priority_class", "may not use"),
         ({"estimated_duration_s": 10**9}, "estimated_duration_s", ""),
         ({"estimated_duration_s": 7200, "max_duration_s": 3600}, "estimated_duration_s", "must not exceed"),
+        ({"checkpoint_interval_s": 0}, "checkpoint_interval_s", ""),
+        ({"checkpoint_interval_s": 10**9}, "checkpoint_interval_s", ""),
+        ({"checkpoint_interval_s": "often"}, "checkpoint_interval_s", ""),
         ({"team": "training"}, "team", "belong"),
     ],
 )
@@ -69,6 +72,20 @@ def test_max_duration_above_the_teams_limit_is_refused(demo, api, user_factory) 
     resp = api(lead).post("/api/v1/jobs/", {**GOOD, "max_duration_s": 30 * 86400}, format="json")
     assert resp.status_code == 400
     assert resp.json()["field"] == "max_duration_s" and "maxJobDuration" in resp.json()["error"]
+
+
+def test_a_checkpoint_interval_is_stored_shown_and_resubmitted(demo, api, user_factory) -> None:
+    lead = user_factory("rita", team="research", role="lead")
+    created = api(lead).post("/api/v1/jobs/", {**GOOD, "checkpoint_interval_s": 1800}, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["checkpoint_interval_s"] == 1800
+    assert Job.objects.get(pk=created.json()["id"]).checkpoint_interval_s == 1800
+    copy = api(lead).post(f"/api/v1/jobs/{created.json()['id']}/resubmit/").json()
+    assert copy["checkpoint_interval_s"] == 1800
+    plain = api(lead).post("/api/v1/jobs/", GOOD, format="json").json()
+    assert plain["checkpoint_interval_s"] is None
+    listed = {j["id"]: j for j in api(lead).get("/api/v1/jobs/").json()["results"]}
+    assert listed[created.json()["id"]]["checkpoint_interval_s"] == 1800
 
 
 def test_a_member_sees_and_cancels_only_their_teams_jobs(demo, api, user_factory) -> None:

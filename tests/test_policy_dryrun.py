@@ -28,6 +28,15 @@ def _recorded_load(api, user_factory) -> None:
         assert resp.status_code == 201
 
 
+def test_recorded_jobs_carry_their_checkpoint_interval(demo, api, user_factory) -> None:
+    lead = user_factory("dry", team="research", role="lead")
+    body = {"name": "c", "command": "true", "estimated_duration_s": 3600, "checkpoint_interval_s": 900}
+    created = api(lead).post("/api/v1/jobs/", body, format="json").json()
+    until = timezone.now() + timedelta(seconds=1)
+    rows = {r["job_id"]: r for r in recorded_rows(until - timedelta(days=1), until)}
+    assert rows[str(created["id"])]["checkpoint_interval_s"] == 900
+
+
 def test_cluster_model_built_from_the_database(demo) -> None:
     spec = cluster_spec()
     assert spec.devices_by_chip() == {"910B4": 16, "910A": 8, "310P3": 4}

@@ -262,6 +262,15 @@ def test_durations_are_typed_as_on_the_cli(demo, client, user_factory, typed, se
     assert job.estimated_duration_s == seconds and job.max_duration_s == 3 * 3600
 
 
+def test_the_form_takes_a_checkpoint_interval(demo, client, user_factory) -> None:
+    client.force_login(user_factory("lena", team="inference", role="lead"))
+    response = client.post("/jobs/new/", _form("inference", estimated_duration_s="1h", checkpoint_interval_s="30m"))
+    assert response.status_code == 302
+    assert Job.objects.get(name="sweep").checkpoint_interval_s == 1800
+    response = client.post("/jobs/new/", _form("inference", estimated_duration_s="1h", checkpoint_interval_s="0"))
+    assert response.status_code == 200 and 'id="checkpoint_interval_s-error"' in response.content.decode()
+
+
 def test_a_bad_duration_is_an_error_naming_the_field(demo, client, user_factory) -> None:
     client.force_login(user_factory("lena", team="inference", role="lead"))
     response = client.post("/jobs/new/", _form("inference", estimated_duration_s="2x", max_duration_s=""))

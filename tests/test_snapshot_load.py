@@ -83,6 +83,7 @@ def test_snapshot_carries_epoch_times_slots_and_templates(demo, user_factory) ->
         started_at=now - timedelta(minutes=1),
         num_devices=1,
         preempt_deadline=now + timedelta(seconds=90),
+        checkpoint_interval_s=600,
     )
     device = Device.objects.filter(chip_model="310P3").first()
     Allocation.objects.create(job=running, device=device, start=now - timedelta(minutes=1))
@@ -94,6 +95,7 @@ def test_snapshot_carries_epoch_times_slots_and_templates(demo, user_factory) ->
     assert r.started_at == pytest.approx((now - timedelta(minutes=1)).timestamp(), abs=1e-3)
     assert r.preempt_deadline == pytest.approx((now + timedelta(seconds=90)).timestamp(), abs=1e-3)
     assert [s.device_id for s in r.slots] == [device.pk]
+    assert r.checkpoint_interval_s == 600.0 and p.checkpoint_interval_s is None
     assert loaded.waiting[pending.pk] == ("Resources", "", round((now + timedelta(minutes=7)).timestamp()))
     assert ("310P3", "vir02") in snap.templates
     assert sum(len(n.devices) for n in snap.nodes) == 28

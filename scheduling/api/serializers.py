@@ -74,6 +74,7 @@ class JobSerializer(serializers.ModelSerializer):
             "chip_model",
             "estimated_duration_s",
             "max_duration_s",
+            "checkpoint_interval_s",
             "state",
             "submitted_at",
             "started_at",
@@ -199,6 +200,7 @@ def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
         "chip_model": job.chip_model,
         "estimated_duration_s": job.estimated_duration_s,
         "max_duration_s": job.max_duration_s,
+        "checkpoint_interval_s": job.checkpoint_interval_s,
         "state": str(job.state),
         "submitted_at": _when(job.submitted_at),
         "started_at": _when(job.started_at),
@@ -299,6 +301,14 @@ class JobSubmitSerializer(fields.InputSerializer):
     chip_model = fields.CharField(required=False, allow_blank=True, allow_null=True)
     estimated_duration_s = fields.IntegerField(min_value=1, max_value=MAX_DURATION_S, default=3600)
     max_duration_s = fields.IntegerField(min_value=1, max_value=MAX_DURATION_S, required=False, allow_null=True)
+    checkpoint_interval_s = fields.IntegerField(
+        min_value=1,
+        max_value=MAX_DURATION_S,
+        required=False,
+        allow_null=True,
+        help_text="Seconds between the job's checkpoints, if it saves its state: preempted, it loses only the work "
+        "since its last one, and the scheduler picks victims that lose the least work",
+    )
     env = EnvField(
         required=False,
         help_text=f"Variables for the job's environment: NAME: value, at most {MAX_ENV_VARS} and "

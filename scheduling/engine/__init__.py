@@ -45,6 +45,7 @@ COMPILED = (
     "schedules",
     "snapshot",
     "starvation",
+    "work_lost",
 )
 
 _HERE = Path(__file__).resolve().parent

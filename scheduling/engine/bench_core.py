@@ -265,6 +265,7 @@ def clone_snapshot(snap: Snapshot) -> Snapshot:
             j.started_at,
             tuple([*j.slots]),  # a new tuple, as a snapshot read from the database has
             j.preempt_deadline,
+            checkpoint_interval_s=j.checkpoint_interval_s,
         )
 
     # The rows the database tick would have read these nodes and devices from (it passes them

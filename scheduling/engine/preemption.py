@@ -15,14 +15,31 @@ victim (a running job, not already leaving, not started in this tick):
 In both cases the victim's class must be preemptible (``preemptible: false``
 means never).
 
-Choosing victims (least work lost): candidates are ranked lowest class first,
-then shortest run so far, then id. They are removed in that order until the job
-fits on the cards that would then be free — same node/ring rules as placement
-(:mod:`placement`), with cards of jobs that are already leaving (their
-``preempt_deadline`` is set) counted as free at their deadline — and then every
-victim the chosen place does not need is put back, last picked first, so no
-more victims than needed are asked to leave. Cards promised to one waiting job
-in this tick are not counted again for another.
+Choosing victims (least work lost). A victim loses the device-hours it computed
+since it started, or since its last checkpoint if it declares
+``checkpoint_interval_s`` (:func:`work_lost.device_hours_lost`, at ``now``).
+
+1. If jobs already leaving (their ``preempt_deadline`` is set; their cards count as
+   free at their deadline) free enough cards, that is the plan: no victim.
+2. Otherwise candidates are ranked lowest class first, then least work lost, then
+   id, and walked in that order. Each *spot* — a pool (the cards of one chip model
+   on one node) for whole cards, a card for a vNPU slice — collects the candidates
+   on it until the job fits there under the placement rules (:mod:`placement`);
+   then every victim that spot does not need is put back, last picked first, and
+   the spot's plan is complete. The walk goes on for the other spots.
+3. Of all the complete plans, the one that loses the fewest device-hours wins,
+   then the one with the fewest victims, then the one found first.
+4. A multi-node gang needs whole nodes: the walk collects every node it can clear,
+   then takes, one at a time, the node whose victims not yet counted lose the
+   least work (then the fewest victims, then the node found first); if those
+   would leave the reservations short, the first nodes found.
+
+The walk stops early only when nothing left could win: a spot completed by the
+candidate at some position keeps that candidate, so its plan loses at least the
+least loss of any candidate from there on (see ``Preemptor._candidates``). Cards
+promised to one waiting job in this tick are not counted again for another.
+Plans are weighed within one chip model: a job free to use several takes the
+first model, in the order it tries them, where a plan exists.
 
 The victims get ``grace_deadline = now + policy.grace_period_s``; the waiting
 job gets ``PreemptionGrace`` with its estimated start at the latest deadline of
@@ -33,17 +50,19 @@ the jobs leaving its cards. What happens to a victim after its deadline
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 from scheduling.engine import reasons
-from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
+from scheduling.engine.capacity import EPS, Chip, ClusterState, Occupant, Pool
 from scheduling.engine.placement import Need, best_group, lowest_bits
 from scheduling.engine.policy import Policy
 from scheduling.engine.quota import TeamLedger
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState, VnpuTemplate
+from scheduling.engine.work_lost import device_hours_lost
 
 #: Victim searches per tick. Like Kueue, which plans preemption for one queue
 #: head per queue per cycle, a tick makes room for a bounded number of jobs; the
@@ -101,6 +120,8 @@ _BULK_AFTER = 64
 
 #: A spot where the job cannot fit whatever leaves (see ``Preemptor._potential``).
 _DEAD = _Try()
+#: A spot whose victims are chosen (the job fits there): later candidates are not added to it.
+_DONE = _Try()
 
 #: Units released so far at a spot with no victim yet.
 _NONE: Mapping[str, float] = {}
@@ -151,7 +172,9 @@ class Preemptor:
         #: Cards promised to a waiting job (by this tick, or held from an earlier one).
         self.promised: Mapping[int, frozenset[int]] = promised or {}
         self.claimed: set[int] = set().union(*self.promised.values())
-        self._filtered: dict[tuple[str, frozenset[str] | None], list[Occupant]] = {}
+        self._filtered: dict[tuple[str, frozenset[str] | None], tuple[list[Occupant], list[float]]] = {}
+        #: Device-hours each ranked candidate would lose if stopped now, by job id (:mod:`work_lost`).
+        self.lost: dict[int, float] = {}
         #: Per victim classes: pool -> cards a search could free (see :meth:`_potential`).
         self._potential_cache: dict[frozenset[str], dict[Pool, int]] = {}
         #: Per (chip model, victim classes): how many whole nodes a search could clear (see _plan_multi).
@@ -320,10 +343,11 @@ class Preemptor:
     # -- search --------------------------------------------------------------------
 
     def _ranked_on(self, chip: str, classes: frozenset[str] | None = None) -> list[Occupant]:
-        """Running jobs on ``chip`` (of ``classes``, if given), cheapest victim first (lowest class, shortest run)."""
+        """Running jobs on ``chip`` (of ``classes``, if given), cheapest victim first: lowest class, least work lost."""
         now = self.now
         lowest = self.lowest
         rank = self.rank
+        lost = self.lost
         occs = [
             occ
             for occ in self.state.occupants.values()
@@ -332,22 +356,41 @@ class Preemptor:
             and occ.cards
             and (classes is None or occ.job.priority_class in classes)
         ]
-        keys = [(-rank.get(o.job.priority_class, lowest), now - o.job.started_at, o.job.id) for o in occs]  # type: ignore[operator]
+        keys: list[tuple[int, float, int]] = []
+        for o in occs:
+            job = o.job
+            loss = lost[job.id] = device_hours_lost(o.units, job.started_at, now, job.checkpoint_interval_s)  # type: ignore[arg-type]
+            keys.append((-rank.get(job.priority_class, lowest), loss, job.id))
         return [occs[i] for i in sorted(range(len(occs)), key=keys.__getitem__)]
 
-    def _candidates(self, chip: str, within: bool, victim_classes: frozenset[str]) -> list[Occupant]:
-        """The running jobs on ``chip`` that :meth:`_eligible` could accept, cheapest first (cached per tick).
+    def _candidates(
+        self, chip: str, within: bool, victim_classes: frozenset[str]
+    ) -> tuple[list[Occupant], list[float]]:
+        """The running jobs on ``chip`` that :meth:`_eligible` could accept, cheapest first (cached per tick),
+        and for each position the least work any of them from there on would lose.
 
         A job outside its guarantee may only preempt the classes its own class
         preempts (reclaim needs ``within``), so every other running job would be
         refused one by one: fruitless searches, the common case at a full
         cluster, walked all of them. The ranking is a total order (ids break
         ties), so ranking only those gives them in the same order.
+
+        The second list bounds what is left of a search: a spot the job fits once
+        the candidate at position ``k`` (or a later one) joins its victims keeps
+        that candidate (without it the spot did not fit a step earlier), so its
+        plan loses at least ``floor[k]``.
         """
         key = (chip, None if within else victim_classes)
         hit = self._filtered.get(key)
         if hit is None:
-            hit = self._filtered[key] = self._ranked_on(chip, None if within else victim_classes)
+            ranked = self._ranked_on(chip, None if within else victim_classes)
+            lost = self.lost
+            floor = [0.0] * len(ranked)
+            low = math.inf
+            for i in range(len(ranked) - 1, -1, -1):
+                low = min(low, lost[ranked[i].job.id])
+                floor[i] = low
+            hit = self._filtered[key] = (ranked, floor)
         return hit
 
     def _potential(self, pool: Pool, victim_classes: frozenset[str]) -> int:
@@ -456,12 +499,19 @@ class Preemptor:
                     return self._plan(chip_name, [], found)
         slices = tmpl is not None
         bound = not (slices or within)  # (see below)
-        for occ in self._candidates(chip_name, within, victim_classes):
+        # Every spot the job can be made to fit gets its victims; the cheapest plan wins.
+        best: Plan | None = None
+        best_lost, best_count = math.inf, 0
+        lost = self.lost
+        candidates, floor = self._candidates(chip_name, within, victim_classes)
+        for k, occ in enumerate(candidates):
+            if best is not None and not _cheaper(floor[k], 1, best_lost, best_count):
+                break  # every plan still to be found loses at least floor[k]: none is cheaper
             if occ.job.id in self.gone:
                 continue
             for spot in checker.spots(occ):
                 attempt = tries.get(spot)
-                if attempt is _DEAD:
+                if attempt is _DEAD or attempt is _DONE:
                     continue
                 # Eligibility first: most candidates of a fruitless search are not victims, and
                 # a spot's free mask is only needed once it has one. (Nothing the mask reads
@@ -491,6 +541,9 @@ class Preemptor:
                     found = checker.fits_mask(spot, attempt.mask)
                 if found is None or headroom + self._freed(found[1], attempt.victims) < units:
                     continue
+                tries[spot] = _DONE
+                if best is not None and not _cheaper(lost[occ.job.id], 1, best_lost, best_count):
+                    continue  # its plan keeps ``occ`` (see _candidates): it cannot be cheaper
                 # Put back every victim the chosen place does not need, last picked first.
                 kept = list(attempt.victims)
                 for extra in reversed(attempt.victims):
@@ -498,11 +551,14 @@ class Preemptor:
                     again = checker.fits(spot, trial)
                     if again is not None and headroom + self._freed(again[1], trial) >= units:
                         kept, found = trial, again
-                victims = [
-                    (v, self._eligible(v, job, within, victim_classes, {}) or reasons.CLASS_PREEMPTION) for v in kept
-                ]
-                return self._plan(chip_name, victims, found)
-        return None
+                loss = sum(lost[v.job.id] for v in kept)
+                if best is None or _cheaper(loss, len(kept), best_lost, best_count):
+                    victims = [
+                        (v, self._eligible(v, job, within, victim_classes, {}) or reasons.CLASS_PREEMPTION)
+                        for v in kept
+                    ]
+                    best, best_lost, best_count = self._plan(chip_name, victims, found), loss, len(kept)
+        return best
 
     def _plan_multi(
         self,
@@ -514,7 +570,7 @@ class Preemptor:
         headroom: float,
         checker: _Checker,
     ) -> Plan | None:
-        """Whole nodes for a multi-node gang: clear the cheapest pools until enough are free."""
+        """Whole nodes for a multi-node gang: every node the candidates can clear, then the cheapest of them."""
         chip = checker.chip
         want = checker.whole // chip.size
         full_mask = (1 << chip.size) - 1
@@ -527,6 +583,12 @@ class Preemptor:
         if bound and self._private is None and self._full_pools(chip, victim_classes, full_mask) < want:
             return None  # fewer whole nodes could ever be freed than the job needs
 
+        lost = self.lost
+        card_jobs = self.state.card_jobs
+        #: The victims (job ids) of each node found clearable, and the ``want`` smallest losses of one node.
+        on: dict[Pool, set[int]] = {}
+        cheapest: list[float] = []
+
         def check(pool: Pool, extra: set[int]) -> None:
             if pool in seen or pool.size != chip.size:
                 return
@@ -535,9 +597,12 @@ class Preemptor:
             if checker.mask(pool, extra) == full_mask:
                 seen.add(pool)
                 full.append(pool)
+                ids = {j for dev in pool.ids for j in card_jobs.get(dev, ()) if j in extra}
+                on[pool] = ids
+                insort(cheapest, sum(lost[j] for j in ids))
+                del cheapest[want:]
 
-        def done() -> Plan | None:
-            chosen = full[:want]
+        def done(chosen: list[Pool]) -> Plan | None:
             devices = [p.devs[i].id for p in chosen for i in range(p.size)]
             kept = [v for v in victims if any(p in chosen for p, _, _ in v.cards)]
             if headroom + self._freed(devices, kept) < units:
@@ -554,11 +619,14 @@ class Preemptor:
             for pool, _, _ in occ.cards:
                 check(pool, set())
         if len(full) >= want:
-            plan = done()
+            plan = done(full[:want])
             if plan is not None:
                 return plan
         extra: set[int] = set()
-        for occ in self._candidates(chip_name, within, victim_classes):
+        candidates, floor = self._candidates(chip_name, within, victim_classes)
+        for k, occ in enumerate(candidates):
+            if len(cheapest) == want and floor[k] > cheapest[-1] + EPS:
+                break  # no node cleared from here on would be taken (see _cheapest_nodes)
             if occ.job.id in self.gone:
                 continue
             reason = self._eligible(occ, job, within, victim_classes, released)
@@ -569,11 +637,39 @@ class Preemptor:
             released[occ.job.team] = released.get(occ.job.team, 0.0) + occ.units
             for pool, _, _ in occ.cards:
                 check(pool, extra)
-            if len(full) >= want:
-                plan = done()
-                if plan is not None:
-                    return plan
-        return None
+        if len(full) < want:
+            return None
+        # The cheapest nodes; failing the reservation headroom there, the first found (which
+        # is what the search took before it weighed the work lost).
+        return done(self._cheapest_nodes(full, on, want)) or done(full[:want])
+
+    def _cheapest_nodes(self, full: list[Pool], on: Mapping[Pool, set[int]], want: int) -> list[Pool]:
+        """``want`` of the clearable nodes ``full`` (in the order found), ``on`` their victims: each
+        in turn the node whose victims not yet counted lose the least work, then the fewest;
+        ties go to the node found first. A victim on several nodes counts once.
+
+        Each pick loses at most the ``want``-th smallest loss of one node on its own (one of
+        the ``want`` cheapest nodes is still there at every pick), and a node the walk clears
+        later loses at least the ``floor`` of the candidate that clears it, which is on no node
+        found before. So once that floor is above, the walk can stop: the picks stay the same.
+        """
+        lost = self.lost
+        left = list(full)
+        chosen: list[Pool] = []
+        taken: set[int] = set()
+        for _ in range(want):
+            pick, pick_lost, pick_count = 0, math.inf, 0
+            for i, pool in enumerate(left):
+                new = [j for j in on[pool] if j not in taken]
+                loss = sum(lost[j] for j in new)
+                if _cheaper(loss, len(new), pick_lost, pick_count):
+                    pick, pick_lost, pick_count = i, loss, len(new)
+            pool = left.pop(pick)
+            chosen.append(pool)
+            taken.update(on[pool])
+        order = {pool: i for i, pool in enumerate(full)}
+        chosen.sort(key=order.__getitem__)
+        return chosen
 
     def _freed(self, devices: list[int], victims: Iterable[Occupant]) -> float:
         """Units that come free for the reservation headroom: the victims' and leavers' on the cards used."""
@@ -606,6 +702,16 @@ class Preemptor:
                 elif occ.leaving is not None:
                     start = max(start, occ.leaving)
         return Plan(chip, victims, devices, start)
+
+
+def _cheaper(lost: float, count: int, best_lost: float, best_count: int) -> bool:
+    """Does a plan losing ``lost`` device-hours with ``count`` victims beat the best so far?
+
+    Less work lost, then fewer victims; a tie keeps the plan found first.
+    """
+    if lost < best_lost - EPS:
+        return True
+    return lost <= best_lost + EPS and count < best_count
 
 
 class _Checker:

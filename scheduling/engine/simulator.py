@@ -22,8 +22,10 @@ Rules the replay adds around the core (all in ``docs/simulator.md``):
 * A preempted job keeps running until its grace deadline; then ``decide`` is
   expected to evict it. If it does not, the simulator stops it anyway and counts
   a *forced stop* (a sign the core forgot an eviction). A stopped victim is
-  requeued with its original submission time and its full duration (the work
-  is lost) or cancelled, per ``policy.on_preempt``.
+  requeued with its original submission time or cancelled, per
+  ``policy.on_preempt``. It loses the work since its start, or since its last
+  checkpoint if it checkpoints (:mod:`work_lost`, the rule the victim search
+  weighs): requeued, it runs again for its duration less the work it saved.
 * Rows that cannot be read as a job (no duration, no devices, an unknown class) and
   jobs that can never run are skipped before the replay and counted by reason. "Can
   never run" is the engine's one rule (:func:`feasibility.check`, the rule that refuses
@@ -61,6 +63,7 @@ from scheduling.engine.snapshot import (
 )
 from scheduling.engine.traces import ClusterSpec, TraceRow, parse_cluster
 from scheduling.engine.traces import trace_rows as normalise_rows
+from scheduling.engine.work_lost import device_hours_lost, last_checkpoint
 
 DecideFn = Callable[[Snapshot], Decisions]
 #: ``progress(done_jobs, total_jobs)``; called at most every few hundred events.
@@ -116,6 +119,8 @@ class SimJob:
     first_estimate: float | None = None
     #: Seconds it waited with a reason of its own team's limits (``reasons.QUOTA_REASONS``).
     own_limits_s: float = 0.0
+    #: Seconds of its run kept by checkpoints before it was stopped: a restart runs the rest.
+    saved: float = 0.0
 
 
 def _default_class(policy: Policy) -> str:
@@ -207,6 +212,7 @@ def prepare_jobs(
             estimated_duration_s=row.duration_s,
             vnpu_template=template.name if template is not None else None,
             chip_model=chip,
+            checkpoint_interval_s=row.checkpoint_interval_s,
         )
         jobs.append(SimJob(state=state, key=row.job_id, duration=row.duration_s, units=units))
     shapes.close()
@@ -751,7 +757,7 @@ class _TeamStats:
     jobs: int = 0
     started: int = 0
     preemptions: int = 0
-    lost_device_s: float = 0.0
+    lost_device_h: float = 0.0
     waits: list[float] = field(default_factory=list)
 
 
@@ -850,6 +856,8 @@ class Simulation:
 
         teams = sorted({j.state.team for j in jobs})
         self.teams = teams
+        #: The priority classes of the replayed jobs.
+        self.classes = sorted({j.state.priority_class for j in jobs})
         self.team_stats = {t: _TeamStats() for t in teams}
         self.class_waits: dict[str, list[float]] = defaultdict(list)
         self.waits: list[float] = []
@@ -884,7 +892,9 @@ class Simulation:
         self.n_started = self.n_completed = self.n_cancelled = self.n_requeued = 0
         self.n_preemptions = self.n_stopped = self.n_forced = self.n_finished_in_grace = 0
         self.n_called_off = 0
-        self.lost_device_s = 0.0
+        self.lost_device_h = 0.0
+        #: Device-hours lost by the victims of each priority class.
+        self.class_lost: dict[str, float] = defaultdict(float)
         self.decide_calls = self.decide_skipped = 0
         self.decide_s = 0.0
         self.last_waiting: dict[int, Wait] = {}
@@ -1149,7 +1159,7 @@ class Simulation:
         self.delta_started[js.id] = js
         sj.status = "running"
         sj.run_token += 1
-        heapq.heappush(self.ends, (t + sj.duration, js.id, sj.run_token))
+        heapq.heappush(self.ends, (t + sj.duration - sj.saved, js.id, sj.run_token))
         self._rate(sj, +sj.units, t)
         if sj.first_start is None:
             sj.first_start = t
@@ -1188,9 +1198,15 @@ class Simulation:
     def _stop_victim(self, sj: SimJob, t: float) -> None:
         js = sj.state
         assert js.started_at is not None
-        lost = sj.units * (t - js.started_at)
-        self.lost_device_s += lost
-        self.team_stats[js.team].lost_device_s += lost
+        lost = device_hours_lost(sj.units, js.started_at, t, js.checkpoint_interval_s)
+        self.lost_device_h += lost
+        self.team_stats[js.team].lost_device_h += lost
+        self.class_lost[js.priority_class] += lost
+        saved = last_checkpoint(js.started_at, t, js.checkpoint_interval_s) - js.started_at
+        if saved > 0:
+            # Its work up to its last checkpoint is kept: a restart runs the rest, and says so.
+            sj.saved += saved
+            js.estimated_duration_s = sj.duration - sj.saved
         self.n_stopped += 1
         self._release(sj, t)
         js.slots = ()
@@ -1359,7 +1375,7 @@ class Simulation:
                 "usage_over_entitlement": round(used / ent, 6) if ent > 0 else None,
                 "wait_s": _summary(st.waits),
                 "preemptions": st.preemptions,
-                "device_hours_lost": round(st.lost_device_s / 3600.0, 3),
+                "device_hours_lost": round(st.lost_device_h, 3),
             }
         jain_sorted = sorted(self.jain)
         return {
@@ -1409,7 +1425,9 @@ class Simulation:
                 "called_off": self.n_called_off,
                 "requeued": self.n_requeued,
                 "cancelled": self.n_cancelled,
-                "device_hours_lost": round(self.lost_device_s / 3600.0, 3),
+                "device_hours_lost": round(self.lost_device_h, 3),
+                "device_hours_lost_by_team": {team: teams[team]["device_hours_lost"] for team in self.teams},
+                "device_hours_lost_by_class": {c: round(self.class_lost[c], 3) for c in self.classes},
             },
             "decide": {
                 "calls": self.decide_calls,

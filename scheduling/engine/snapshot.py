@@ -123,6 +123,9 @@ class JobState(Record):
     #: The waiting job that preemption was for (``Preemption.for_job``), when the caller knows it:
     #: once that job no longer waits, ``decide`` calls the preemption off (``Decisions.called_off``).
     preempted_for: int | None = None
+    #: The job saves its state every that many seconds from its start (``None``: it does not):
+    #: stopped, it loses only the work since its last checkpoint (:mod:`work_lost`).
+    checkpoint_interval_s: float | None = None
 
     # Written out, not generated: see record.py.
     def __init__(
@@ -141,6 +144,7 @@ class JobState(Record):
         slots: tuple[Slot, ...] = (),
         preempt_deadline: float | None = None,
         preempted_for: int | None = None,
+        checkpoint_interval_s: float | None = None,
     ) -> None:
         self.id = id
         self.team = team
@@ -156,6 +160,7 @@ class JobState(Record):
         self.slots = slots
         self.preempt_deadline = preempt_deadline
         self.preempted_for = preempted_for
+        self.checkpoint_interval_s = checkpoint_interval_s
 
 
 @dataclass(slots=True, frozen=True)

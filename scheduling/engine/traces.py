@@ -4,9 +4,10 @@ A *trace* is a CSV in the shared schema (``/work/shared/traces/README.md``)::
 
     job_id,submit_time_s,duration_s,num_devices,tenant,user,status
 
-plus optional columns used when present: ``priority_class``, ``chip_model`` and
+plus optional columns used when present: ``priority_class``, ``chip_model``,
 ``gpu_milli`` (thousandths of one device; below 1000 the job wants a fraction of
-a device, which the simulator maps to a vNPU template).
+a device, which the simulator maps to a vNPU template) and ``checkpoint_interval_s``
+(the job saves its state that often, in seconds; empty: it does not).
 
 A *cluster* is a small YAML document (format in ``docs/simulator.md``)::
 
@@ -35,7 +36,7 @@ from scheduling.engine.snapshot import DeviceState, NodeState, VnpuTemplate
 #: Columns every trace must have, in the shared order.
 REQUIRED_COLUMNS = ("job_id", "submit_time_s", "duration_s", "num_devices", "tenant", "user", "status")
 #: Columns used when present.
-OPTIONAL_COLUMNS = ("priority_class", "chip_model", "gpu_milli")
+OPTIONAL_COLUMNS = ("priority_class", "chip_model", "gpu_milli", "checkpoint_interval_s")
 
 
 class InputError(ValueError):
@@ -56,6 +57,7 @@ class TraceRow:
     priority_class: str | None = None
     chip_model: str | None = None
     gpu_milli: int | None = None
+    checkpoint_interval_s: float | None = None
 
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any], where: str = "row") -> TraceRow:
@@ -76,6 +78,7 @@ class TraceRow:
             gpu_milli=(
                 None if _optional_text(row.get("gpu_milli")) is None else _integer(row["gpu_milli"], "gpu_milli", where)
             ),
+            checkpoint_interval_s=_optional_positive(row.get("checkpoint_interval_s"), "checkpoint_interval_s", where),
         )
 
 
@@ -284,6 +287,15 @@ def _integer(value: object, field: str, where: str) -> int:
     if number != int(number):
         raise InputError(f"{where}: {field} {value!r} is not a whole number")
     return int(number)
+
+
+def _optional_positive(value: object, field: str, where: str) -> float | None:
+    if _optional_text(value) is None:
+        return None
+    out = _number(value, field, where)
+    if out <= 0:
+        raise InputError(f"{where}: {field} {value!r} must be a positive number of seconds")
+    return out
 
 
 def _text(value: object, field: str, where: str) -> str:

@@ -60,6 +60,8 @@ class JobSpec:
     chip_model: str | None = None
     estimated_duration_s: int = 3600
     max_duration_s: int | None = None
+    #: The job saves its state this often, in seconds (``None``: it does not); see ``engine.work_lost``.
+    checkpoint_interval_s: int | None = None
     #: Variables for the job's environment (docs/agent.md#environment); checked by :func:`check_run_settings`.
     env: dict[str, str] = field(default_factory=dict)
     #: Directory the job starts in, and a file its output is also appended to, on its nodes ("": defaults).
@@ -212,6 +214,7 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
     for field_name, value in (
         ("estimated_duration_s", spec.estimated_duration_s),
         ("max_duration_s", spec.max_duration_s),
+        ("checkpoint_interval_s", spec.checkpoint_interval_s),
     ):
         if value is None:
             continue
@@ -442,6 +445,7 @@ def _new_job(
         chip_model=chip,
         estimated_duration_s=spec.estimated_duration_s,
         max_duration_s=max_s,
+        checkpoint_interval_s=spec.checkpoint_interval_s,
         submitted_at=now,
         pending_reason="Submitted",
         pending_detail="waiting for the next scheduling tick",

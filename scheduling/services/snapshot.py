@@ -172,6 +172,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "start_ts",
             "dl_ts",
             "preempted_for",
+            "checkpoint_interval_s",
             "state",
             "pending_reason",
             "pending_detail",
@@ -181,7 +182,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
     )
     running_state = Job.State.RUNNING
     for (job_id, team, user, pclass, ndev, tid, chip, submitted, est, max_s, started, deadline,
-         preempted_for, job_state, reason, detail, est_start) in raw_rows(rows):  # fmt: skip
+         preempted_for, checkpoint, job_state, reason, detail, est_start) in raw_rows(rows):  # fmt: skip
         # Positional on purpose: this loop runs once per queued job on every tick.
         job = JobState(
             job_id,
@@ -198,6 +199,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             (),
             deadline,
             preempted_for,
+            float(checkpoint) if checkpoint else None,
         )
         if job_state == running_state:
             job.slots = tuple(slots_by_job.get(job_id, ()))

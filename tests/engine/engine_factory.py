@@ -153,6 +153,7 @@ def job(
     slots: Iterable[int | tuple[int, str]] = (),
     started: float | None = None,
     deadline: float | None = None,
+    checkpoint: float | None = None,
 ) -> JobState:
     """A job; times are seconds relative to NOW. ``slots`` makes it a running job."""
     slot_list = tuple(Slot(s[0], s[1]) if isinstance(s, tuple) else Slot(s, vnpu) for s in slots)
@@ -171,6 +172,7 @@ def job(
         started_at=(T0 + (started if started is not None else -600.0)) if running else None,
         slots=slot_list,
         preempt_deadline=None if deadline is None else T0 + deadline,
+        checkpoint_interval_s=checkpoint,
     )
 
 
@@ -218,7 +220,8 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
                  hours: 100, max_duration: 1h, allowed: [normal]}},
                  reservations: [{name: r, ratio: 0.25, chips: [910B4], classes: [high]}]}
         nodes: [{name: n1, chip: 910B4, devices: 8, groups: 1, unhealthy: [0], schedulable: true}]
-        running: [{id: 1, team: a, cls: low, devices: [n1/0], started: -1h, est: 2h, deadline: 60}]
+        running: [{id: 1, team: a, cls: low, devices: [n1/0], started: -1h, est: 2h, deadline: 60,
+                   checkpoint: 30m}]
         pending: [{id: 10, team: a, n: 4, cls: normal, submitted: -1m, est: 10m, chip: 910B4, vnpu: ...}]
         usage: {a/u: 10}
         expect: {starts: {10: [n1/0, ...]} or [10, ...], waiting: {11: Resources},
@@ -305,6 +308,7 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
             slots=[slot_of(d) for d in j.get("devices", [])] if is_running else (),
             started=_duration(j.get("started", -600)),
             deadline=_duration(j.get("deadline")),
+            checkpoint=_duration(j.get("checkpoint")),
         )
 
     usage = {tuple(k.split("/")): float(v) for k, v in (doc.get("usage") or {}).items()}

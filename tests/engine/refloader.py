@@ -36,6 +36,7 @@ DECISION_MODULES = (
     "record",
     "reservations",
     "starvation",
+    "work_lost",
 )
 PACKAGE = "_npuportal_ref_engine"
 

@@ -39,6 +39,16 @@ def test_bad_number_names_field_and_line(tmp_path: Path) -> None:
         load_trace(path)
 
 
+def test_checkpoint_interval_is_an_optional_positive_column(tmp_path: Path) -> None:
+    head = "job_id,submit_time_s,duration_s,num_devices,tenant,user,status,checkpoint_interval_s\n"
+    path = tmp_path / "t.csv"
+    path.write_text(head + "j1,0,10,1,a,a,ok,600\nj2,5,10,1,a,a,ok,\n")
+    assert [r.checkpoint_interval_s for r in load_trace(path)] == [600.0, None]
+    path.write_text(head + "j1,0,10,1,a,a,ok,600\nj2,5,10,1,a,a,ok,0\n")
+    with pytest.raises(InputError, match=r"t\.csv:3: checkpoint_interval_s '0' must be a positive number of seconds"):
+        load_trace(path)
+
+
 def test_fractional_devices_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("job_id,submit_time_s,duration_s,num_devices,tenant,user,status\nj1,0,10,1.5,a,a,ok\n")

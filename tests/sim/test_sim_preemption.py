@@ -58,6 +58,22 @@ def test_victim_runs_out_its_grace_then_is_requeued_with_its_work_lost() -> None
     assert m["teams"]["a"]["preemptions"] == 1
 
 
+def test_a_checkpointing_victim_loses_only_the_work_since_its_last_checkpoint_and_resumes() -> None:
+    rows = [
+        row("L", 0, 1000, 1, priority_class="low", checkpoint_interval_s=60),
+        row("H", 100, 50, 1, "b", priority_class="high"),
+    ]
+    m = run_simulation(rows, make_cluster(1, 1), make_policy(), decide_fn=scripted_core())["policy"]
+    # L 0-130 (preempted at 100, stopped at 130; saved at 120), H 130-180, L again 180-1060 (880 s left).
+    p = m["preemption"]
+    assert p["device_hours_lost"] == pytest.approx(10 / 3600, abs=1e-3)
+    assert p["device_hours_lost_by_team"] == {"a": pytest.approx(10 / 3600, abs=1e-3), "b": 0}
+    assert p["device_hours_lost_by_class"] == {"high": 0, "low": pytest.approx(10 / 3600, abs=1e-3)}
+    assert m["teams"]["a"]["device_hours_lost"] == p["device_hours_lost_by_team"]["a"]
+    assert m["span_s"] == 1060
+    assert m["jobs"]["completed"] == 2
+
+
 def test_cancel_on_preempt() -> None:
     m = run_simulation(ROWS, make_cluster(1, 1), make_policy(on_preempt="cancel"), decide_fn=scripted_core())["policy"]
     assert m["jobs"]["completed"] == 1 and m["jobs"]["cancelled"] == 1

@@ -25,6 +25,7 @@ jobs_strategy = st.lists(
         st.sampled_from([1, 1, 1, 2, 4, 8]),  # devices
         st.sampled_from(["a", "b", "c"]),  # tenant
         st.sampled_from(["high", "normal", "low"]),
+        st.sampled_from([None, None, 20, 60]),  # checkpoint interval
     ),
     min_size=1,
     max_size=25,
@@ -32,7 +33,10 @@ jobs_strategy = st.lists(
 
 
 def _replay(raw, *, fifo: bool) -> tuple[Simulation, dict]:
-    rows = [row(f"j{i}", s, d, n, tenant=t, priority_class=c) for i, (s, d, n, t, c) in enumerate(raw)]
+    rows = [
+        row(f"j{i}", s, d, n, tenant=t, priority_class=c, checkpoint_interval_s=k)
+        for i, (s, d, n, t, c, k) in enumerate(raw)
+    ]
     rows.sort(key=lambda r: r.submit_time_s)
     jobs, _ = prepare_jobs(rows, CLUSTER, POLICY, DEFAULT_START.timestamp())
     sim = Simulation(jobs, CLUSTER, POLICY, fifo=fifo)
@@ -60,7 +64,11 @@ def test_the_core_never_overruns_quotas_and_accounts_for_all_work(raw) -> None:
     assert jobs["started"] + jobs["never_started"] == jobs["eligible"]
     assert jobs["completed"] + jobs["requeued_not_restarted"] + jobs["cancelled"] <= jobs["started"]
     done = [j for j in sim.jobs if j.status == "completed"]
-    busy = sum(j.units * j.duration for j in done) / 3600 + m["preemption"]["device_hours_lost"]
+    # A victim that checkpoints resumes: its whole duration once, plus the work it lost.
+    lost = m["preemption"]["device_hours_lost"]
+    busy = sum(j.units * j.duration for j in done) / 3600 + lost
+    assert sum(m["preemption"]["device_hours_lost_by_team"].values()) == pytest.approx(lost, abs=1e-2)
+    assert sum(m["preemption"]["device_hours_lost_by_class"].values()) == pytest.approx(lost, abs=1e-2)
     running_left = sum(1 for j in sim.jobs if j.status == "running")
     assert running_left == 0
     assert m["devices"]["busy_device_hours"] == pytest.approx(busy, abs=1e-3)
