@@ -49,6 +49,8 @@ class Hold(Record):
     #: When the held job would end if it starts at ``shadow`` (its cards are busy until then for
     #: the reservations made after it; ``inf`` without a known duration).
     until: float = float("inf")
+    #: Its place in its chip model's list of holds (``Tick.holds``), for the memo of failed placements.
+    place: int = 0
 
     # Written out, not generated: see record.py.
     def __init__(
@@ -61,6 +63,7 @@ class Hold(Record):
         sliced_now: list[tuple[Pool, int]] | None = None,
         starving: bool = False,
         until: float = float("inf"),
+        place: int = 0,
     ) -> None:
         self.chip = chip
         self.job_id = job_id
@@ -70,6 +73,7 @@ class Hold(Record):
         self.sliced_now = sliced_now if sliced_now is not None else list()
         self.starving = starving
         self.until = until
+        self.place = place
 
 
 @dataclass

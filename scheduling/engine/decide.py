@@ -102,6 +102,8 @@ from scheduling.engine.snapshot import (
 from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, held_detail, starving_first, unheld_detail
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
+#: No hold a job may use (shared: never changed).
+_NO_HOLDS: list[Hold] = []
 _LEAVING_TEXT = "waiting for jobs already leaving"
 
 
@@ -260,7 +262,7 @@ class Tick:
         self._find_fail: set[tuple[int, str]] = set()
         #: Same for placements that may use some holds' cards (by the holds' job ids; the holds only
         #: shrink too).
-        self._hold_fail: set[tuple[int, str, tuple[int, ...]]] = set()
+        self._hold_fail: set[tuple[int, str, int]] = set()
         #: The groups of :meth:`_groups`, each once.
         self._distinct: list[_Group] = []
         #: Running jobs per chip model by expected end (built on the first shadow time).
@@ -924,12 +926,19 @@ class Tick:
             held = holds.get(chip)
             if placement is None and held is not None:
                 duration = job.estimated_duration_s or (job.max_duration_s or 0.0)
-                usable = [
-                    hold
-                    for hold in held
-                    if ends_before(self.now, duration, hold.shadow)
-                    or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
-                ]
+                if len(held) == 1:  # one hold per chip model unless jobs starve: no new list
+                    hold = held[0]
+                    ok = ends_before(self.now, duration, hold.shadow) or (
+                        not hold.starving and ledger.within_guarantee(chip, units[chip])
+                    )
+                    usable = held if ok else _NO_HOLDS
+                else:
+                    usable = [
+                        hold
+                        for hold in held
+                        if ends_before(self.now, duration, hold.shadow)
+                        or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
+                    ]
                 if usable:
                     self._stable = False
                     placement = self.find_with_hold(need, chip, usable)
@@ -952,7 +961,10 @@ class Tick:
     def find_with_hold(self, need: Need, chip: str, usable: list[Hold]) -> Placement | None:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow times)."""
         state = self.state
-        key = (id(need), chip, tuple([hold.job_id for hold in usable]))
+        which = 0  # the usable holds as a mask of their places in the chip's list of holds
+        for hold in usable:
+            which |= 1 << hold.place
+        key = (id(need), chip, which)
         if key in self._hold_fail:
             # Known not to fit (the free cards and the holds only shrink). Releasing and
             # re-taking the held cards moves their pools to the end of their buckets,
@@ -1185,6 +1197,7 @@ class Tick:
         if held is None:
             self.holds[chip] = [hold]
         else:
+            hold.place = len(held)
             held.append(hold)
         if starving:
             self._starving_holds.append(hold)
