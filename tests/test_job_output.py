@@ -22,13 +22,19 @@ def _log(client, job: Job, **params: object) -> dict:  # type: ignore[no-untyped
     return resp.json()
 
 
-def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluster, submit, api) -> None:
-    lead = api(get_user_model().objects.get(username="lead-training"))
-    job = submit("echo first; echo 'to stderr' >&2; sleep 4; echo second; sleep 0.5")
+def _started(cluster, submit, command: str):  # type: ignore[no-untyped-def]
+    """Submit ``command``, tick, and wait until its node's agent runs it: ``(job, agent)``."""
+    job = submit(command)
     tick()
     job = Job.objects.get(pk=job.pk)
     agent = cluster[node_of(job)]
     agent.wait_job(job.agent_job_id, {"running"})
+    return job, agent
+
+
+def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluster, submit, api) -> None:
+    lead = api(get_user_model().objects.get(username="lead-training"))
+    job, agent = _started(cluster, submit, "echo first; echo 'to stderr' >&2; sleep 4; echo second; sleep 0.5")
 
     seen, offset, rounds, pieces = "", 0, 0, []
     while True:
@@ -71,11 +77,7 @@ def _first_output(client, job: Job, **params: object) -> dict:  # type: ignore[n
 def test_an_earlier_runs_output_is_read_with_attempt_after_a_requeue(cluster, submit, api) -> None:
     """A card fails under the first run: the job runs again, and ``?attempt=1`` still reads the first run."""
     lead = api(get_user_model().objects.get(username="lead-training"))
-    job = submit('echo "run $NPUPORTAL_JOB_ID"; sleep 30')
-    tick()
-    job = Job.objects.get(pk=job.pk)
-    agent = cluster[node_of(job)]
-    agent.wait_job(job.agent_job_id, {"running"})
+    job, agent = _started(cluster, submit, 'echo "run $NPUPORTAL_JOB_ID"; sleep 30')
     assert _first_output(lead, job)["data"] == f"run {job.pk}.1\n"
     poll()
     agent.fault(open_devices(job)[0].index, "ecc")
