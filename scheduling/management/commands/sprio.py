@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 
 from django.core.management.base import BaseCommand
 from django.utils import timezone
@@ -11,6 +12,7 @@ from django.utils import timezone
 from quotas.services import active_policy
 from scheduling.engine.durations import format_duration
 from scheduling.engine.explain import explain
+from scheduling.engine.policy import zone
 from scheduling.services.snapshot import load_snapshot
 
 
@@ -54,9 +56,13 @@ class Command(BaseCommand):
         )
         if info.get("reason"):
             est = info.get("estimated_start")
+            detail = f" ({info['detail']})" if info.get("detail") else ""
+            when = ""
+            if est:  # on the policy's clock, as the console shows times
+                local = datetime.fromtimestamp(est, zone(snapshot.policy.timezone))
+                when = f" (estimated start {local:%Y-%m-%d %H:%M %Z})"
             self.stdout.write(
-                f"  decision: {info['decision']} — {info['reason']}: {info.get('reason_text', '')}"
-                + (f" (estimated start {est})" if est else "")
+                f"  decision: {info['decision']} — {info['reason']}: {info.get('reason_text', '')}{detail}{when}"
             )
         elif info.get("decision"):
             self.stdout.write(f"  decision: {info['decision']}")
