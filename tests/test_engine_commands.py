@@ -20,6 +20,19 @@ def _out(*args: str) -> str:
     return buf.getvalue()
 
 
+def _submit_910a(client, count: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """``count`` jobs of 4 × 910A, 10 minutes each, through the API; their ids."""
+    ids = []
+    for i in range(count):
+        resp = client.post(
+            "/api/v1/jobs/",
+            {"name": f"s{i}", "command": "true", "num_devices": 4, "chip_model": "910A", "estimated_duration_s": 600},
+            format="json",
+        )
+        ids.append(resp.json()["id"])
+    return ids
+
+
 def test_sshare_lists_the_tree_with_the_heaviest_user_lowest(demo) -> None:
     rows = {r["name"]: r for r in json.loads(_out("sshare", "--json"))}
     assert rows["training"]["parent"] == "ai-lab"
@@ -33,14 +46,7 @@ def test_sshare_lists_the_tree_with_the_heaviest_user_lowest(demo) -> None:
 
 def test_sprio_explains_a_waiting_job(demo, api, user_factory) -> None:
     lead = user_factory("sp", team="research", role="lead")
-    ids = []
-    for i in range(5):
-        resp = api(lead).post(
-            "/api/v1/jobs/",
-            {"name": f"s{i}", "command": "true", "num_devices": 4, "chip_model": "910A", "estimated_duration_s": 600},
-            format="json",
-        )
-        ids.append(resp.json()["id"])
+    ids = _submit_910a(api(lead), 5)
     run_tick()
     info = json.loads(_out("sprio", str(ids[-1]), "--json"))
     assert info["state"] == "pending" and info["decision"] == "wait"
@@ -66,14 +72,7 @@ def test_sprio_and_the_job_page_say_a_starving_job_goes_first(demo, api, user_fa
     assert code == 0, (out, err)
     assert "starvation guard: jobs waiting more than 1h go first" in _out("policy", "effective")
     lead = user_factory("starving-lead", team="research", role="lead")
-    ids = []
-    for i in range(4):  # 4 cards each of the 8 × 910A: two run, two wait
-        resp = api(lead).post(
-            "/api/v1/jobs/",
-            {"name": f"w{i}", "command": "true", "num_devices": 4, "chip_model": "910A", "estimated_duration_s": 600},
-            format="json",
-        )
-        ids.append(resp.json()["id"])
+    ids = _submit_910a(api(lead), 4)  # of the 8 × 910A: two run, two wait
     run_tick()
     waiting = [j for j in Job.objects.filter(pk__in=ids) if j.state == Job.State.PENDING]
     assert waiting, "the 910A pool was expected to be full"
