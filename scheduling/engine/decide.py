@@ -102,8 +102,6 @@ from scheduling.engine.snapshot import (
 from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, held_detail, starving_first, unheld_detail
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
-#: No hold a job may use (shared: never changed).
-_NO_HOLDS: list[Hold] = []
 _LEAVING_TEXT = "waiting for jobs already leaving"
 
 
@@ -260,8 +258,8 @@ class Tick:
         #: tick, so a shape that does not fit now does not fit later in the tick, except
         #: after a start on held cards (a held card given a slice has room for more).
         self._find_fail: set[tuple[int, str]] = set()
-        #: Same for placements that may use some holds' cards (by the holds' job ids; the holds only
-        #: shrink too).
+        #: Same for placements that may use some holds' cards (keyed by a mask of those holds'
+        #: places in their chip model's list; the holds only shrink too).
         self._hold_fail: set[tuple[int, str, int]] = set()
         #: The groups of :meth:`_groups`, each once.
         self._distinct: list[_Group] = []
@@ -926,19 +924,12 @@ class Tick:
             held = holds.get(chip)
             if placement is None and held is not None:
                 duration = job.estimated_duration_s or (job.max_duration_s or 0.0)
-                if len(held) == 1:  # one hold per chip model unless jobs starve: no new list
-                    hold = held[0]
-                    ok = ends_before(self.now, duration, hold.shadow) or (
-                        not hold.starving and ledger.within_guarantee(chip, units[chip])
-                    )
-                    usable = held if ok else _NO_HOLDS
-                else:
-                    usable = [
-                        hold
-                        for hold in held
-                        if ends_before(self.now, duration, hold.shadow)
-                        or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
-                    ]
+                usable = [
+                    hold
+                    for hold in held
+                    if ends_before(self.now, duration, hold.shadow)
+                    or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
+                ]
                 if usable:
                     self._stable = False
                     placement = self.find_with_hold(need, chip, usable)
