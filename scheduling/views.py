@@ -257,18 +257,12 @@ def _explain(job: Job) -> dict[str, object] | None:
     """The engine's own breakdown of a pending job, or None when it cannot say."""
     if job.state != Job.State.PENDING:
         return None
-    from scheduling.engine.durations import format_duration
-    from scheduling.engine.explain import explain
-    from scheduling.services.snapshot import load_snapshot
+    from scheduling.services.explain import explain_job
 
-    snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
     try:
-        info = explain(snapshot, job.pk)
+        return explain_job(job)
     except KeyError:
         return None
-    after = info["starvation"]["after_s"]
-    info["starvation"]["after"] = None if after is None else format_duration(after)
-    return info
 
 
 def _node_live(request: HttpRequest, name: str) -> dict[str, object]:

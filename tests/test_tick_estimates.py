@@ -196,3 +196,17 @@ def test_a_job_waiting_for_its_teams_own_jobs_gets_an_estimate(demo, api, user_f
     # Not the cards: the team's max, until its own 8-card job ends.
     assert _estimate(second) == t0 + timedelta(seconds=3600)
     assert view["estimated_start"] is not None
+
+
+def test_explain_gives_the_estimated_start_as_the_job_shows_it(demo, api, user_factory) -> None:
+    """``/explain/`` answers times as the rest of the API does (an ISO datetime), not epoch seconds."""
+    client, _, t0 = _training(api, user_factory)
+    first = _submit(client, 8, 3600)  # the whole 910A server
+    assert run_tick(t0).started == [first]
+    second = _submit(client, 8, 1800)
+    run_tick(t0 + timedelta(seconds=30))
+    shown = client.get(f"/api/v1/jobs/{second}/").json()["estimated_start"]
+    body = client.get(f"/api/v1/jobs/{second}/explain/").json()
+    assert body["decision"] == "wait" and body["reason"] == "Resources"
+    assert body["estimated_start"] == shown
+    assert _estimate(second) == t0 + timedelta(seconds=3600)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +27,7 @@ from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied as DRFPermissionDenied
 from rest_framework.exceptions import ValidationError
@@ -39,7 +37,7 @@ from rest_framework.response import Response
 from npuportal import api_filters
 from npuportal.api_errors import Conflict
 from npuportal.api_pagination import KeysetPagination
-from quotas.api.errors import error_response, error_responses
+from quotas.api.errors import error_responses
 from quotas.api.serializers import json_safe
 from quotas.models import Team
 from scheduling.api.serializers import (
@@ -339,24 +337,21 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         summary="Why this job is where it is in the queue: its priority breakdown",
-        responses={200: OpenApiTypes.OBJECT, **error_responses(401, 404, 409, 501)},
+        responses={200: OpenApiTypes.OBJECT, **error_responses(401, 404, 409)},
     )
     @action(detail=True, methods=["get"], filterset_class=None)
     def explain(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
-        explain = _explainer()
-        if explain is None:
-            return error_response(501, "this server has no priority explanation (scheduling.engine.explain)")
         if job.is_final:
             raise Conflict({"state": [f"job is {job.state}; only pending and running jobs are ranked"]})
-        from quotas.services import active_policy
-        from scheduling.services.snapshot import load_snapshot
+        from scheduling.services.explain import explain_job
 
-        snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
         try:
-            breakdown = explain(snapshot, job.pk)
+            breakdown = explain_job(job)
         except KeyError as exc:  # it ended between the two reads
             raise Conflict({"state": ["job is no longer pending or running"]}) from exc
+        at = breakdown["estimated_start"]  # as the job's own estimated_start reads
+        breakdown["estimated_start"] = None if at is None else serializers.DateTimeField().to_representation(at)
         return Response(json_safe(breakdown))
 
 
@@ -368,17 +363,3 @@ def _whole(query: Any, name: str, maximum: int, least: int = 0) -> int | None:
     if not raw.isdigit() or not least <= int(raw) <= maximum:
         raise ValidationError({name: [f"must be a whole number from {least} to {maximum}, not {raw[:40]!r}"]})
     return int(raw)
-
-
-def _explainer() -> Callable[..., Any] | None:
-    """``scheduling.engine.explain.explain(snapshot, job_id)``, or ``None`` where it does not exist (yet)."""
-    try:
-        module = importlib.import_module("scheduling.engine.explain")
-    except ModuleNotFoundError as exc:
-        if exc.name != "scheduling.engine.explain":
-            raise
-        # Perhaps a function of the package itself rather than a module of its own.
-        found = getattr(importlib.import_module("scheduling.engine"), "explain", None)
-        return found if callable(found) else None
-    found = getattr(module, "explain", None)
-    return found if callable(found) else None
