@@ -86,7 +86,7 @@ from scheduling.engine.feasibility import mark_never_runnable
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
-from scheduling.engine.priority import class_factors
+from scheduling.engine.priority import class_factors, duration_factor, job_duration
 from scheduling.engine.quota import TeamLedger, admit, admit_devices
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
@@ -431,6 +431,8 @@ class Tick:
         w_fs = ordering.weight_fair_share
         w_age = ordering.weight_age
         w_size = ordering.weight_job_size
+        w_dur = ordering.weight_duration
+        long_job = ordering.long_job_s
         max_age = ordering.max_age_s
         largest = self.state.largest_node
         age_scale = w_age / max_age if max_age > 0 else 0.0
@@ -472,7 +474,11 @@ class Tick:
                     b = b + w_age
                 elif w > 0:
                     b = b + w * age_scale
-            neg[i] = -(b + group.size) if size_scale else -b
+            if size_scale:
+                b = b + group.size
+            if w_dur:
+                b = b + w_dur * duration_factor(job_duration(job), long_job)
+            neg[i] = -b
         idx = sorted(range(n), key=neg.__getitem__)
         last = neg[idx[0]]
         for i in range(1, n):

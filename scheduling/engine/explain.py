@@ -70,6 +70,7 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
         "fair_share": policy.ordering.weight_fair_share,
         "age": policy.ordering.weight_age,
         "job_size": policy.ordering.weight_job_size,
+        "duration": policy.ordering.weight_duration,
     }
     out["factors"] = {
         name: {"factor": getattr(factors, name), "weight": weights[name], "weighted": values[name]} for name in weights

@@ -47,8 +47,10 @@ def semantic_diff(old: Policy, new: Policy) -> list[str]:
         ("ordering.weights.fairShare", "weight_fair_share", _number),
         ("ordering.weights.age", "weight_age", _number),
         ("ordering.weights.jobSize", "weight_job_size", _number),
+        ("ordering.weights.duration", "weight_duration", _number),
         ("ordering.maxAge", "max_age_s", _duration),
         ("ordering.usageHalfLife", "usage_half_life_s", _duration),
+        ("ordering.longJob", "long_job_s", _duration),
     ):
         _change(out, label, getattr(old.ordering, attr), getattr(new.ordering, attr), fmt)
     _change(out, "placement.strategy", old.placement_strategy, new.placement_strategy)

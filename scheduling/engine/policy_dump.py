@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from scheduling.engine.durations import format_duration
-from scheduling.engine.policy import Policy, PriorityClass, Quota, Schedule, TeamPolicy
+from scheduling.engine.policy import Ordering, Policy, PriorityClass, Quota, Schedule, TeamPolicy
 from scheduling.engine.policy_parse import API_VERSION, KIND
 from scheduling.engine.schedules import DAY_NAMES, format_between
 
@@ -49,6 +49,9 @@ def dump_policy(policy: Policy) -> str:
     """Canonical YAML of ``policy``; ``parse_policy(dump_policy(p)) == p``."""
     order = [pc.name for pc in policy.priority_classes]
     ordering = policy.ordering
+    # The duration factor only where it is used, so the dumps of policies without it stay as they were.
+    duration = {} if ordering.weight_duration == 0 else {"duration": _num(ordering.weight_duration)}
+    long_job = {} if ordering.long_job_s == Ordering().long_job_s else {"longJob": format_duration(ordering.long_job_s)}
     spec: dict[str, Any] = {
         "timezone": policy.timezone,
         "priorityClasses": [_priority_class(pc, order) for pc in policy.priority_classes],
@@ -58,9 +61,11 @@ def dump_policy(policy: Policy) -> str:
                 fairShare=_num(ordering.weight_fair_share),
                 age=_num(ordering.weight_age),
                 jobSize=_num(ordering.weight_job_size),
+                **duration,
             ),
             "maxAge": format_duration(ordering.max_age_s),
             "usageHalfLife": format_duration(ordering.usage_half_life_s),
+            **long_job,
         },
         "placement": _Flow(strategy=policy.placement_strategy),
         "backfill": policy.backfill,

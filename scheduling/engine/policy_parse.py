@@ -78,12 +78,13 @@ _SPEC_FIELDS = (
 )
 _CLASS_FIELDS = ("name", "preempts", "preemptible", "default", "starvationAfter")
 _STARVATION_FIELDS = ("after",)
-_ORDERING_FIELDS = ("weights", "maxAge", "usageHalfLife")
+_ORDERING_FIELDS = ("weights", "maxAge", "usageHalfLife", "longJob")
 _WEIGHT_FIELDS = {
     "priorityClass": "weight_priority_class",
     "fairShare": "weight_fair_share",
     "age": "weight_age",
     "jobSize": "weight_job_size",
+    "duration": "weight_duration",
 }
 _PLACEMENT_FIELDS = ("strategy",)
 _PREEMPTION_FIELDS = ("gracePeriod", "onPreempt")
@@ -736,7 +737,7 @@ class _Reader:
                     number = _number(ctx, weights[key], f"{path}.weights.{key}")
                     if number is not None:
                         values[attr] = number
-        for key, attr in (("maxAge", "max_age_s"), ("usageHalfLife", "usage_half_life_s")):
+        for key, attr in (("maxAge", "max_age_s"), ("usageHalfLife", "usage_half_life_s"), ("longJob", "long_job_s")):
             if m.get(key) is not None:
                 seconds = _duration(ctx, m[key], f"{path}.{key}", positive=True)
                 if seconds is not None:

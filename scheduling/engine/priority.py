@@ -7,7 +7,13 @@
   policy does not know);
 * fair share: the user's classic fair-share factor (:mod:`fairshare`);
 * age: ``min(waited / max_age, 1)``;
-* job size: ``device units / largest node``, capped at 1.
+* job size: ``device units / largest node``, capped at 1;
+* duration (shorter first): ``1 - ln(1 + d / 1 min) / ln(1 + longJob / 1 min)``,
+  clamped to ``[0, 1]``, for the job's estimated duration ``d`` (else its
+  maximum duration, else ``longJob``, which scores 0). On a log scale because
+  runs span seconds to weeks: each tenfold shorter run gains the same. Short
+  runs first cut the waits of most jobs; the starvation guard
+  (:mod:`starvation`) keeps the long ones from waiting for ever.
 
 Ties go to the earlier submission, then the lower id, so the order is total
 and the same on every tick.
@@ -20,6 +26,7 @@ checks the two agree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +43,7 @@ class Factors(Record):
     fair_share: float
     age: float
     job_size: float
+    duration: float = 0.0
 
 
 def class_factors(policy: Policy) -> dict[str, float]:
@@ -58,6 +66,24 @@ def size_factor(units: float, largest_node: int) -> float:
     return min(units / largest_node, 1.0)
 
 
+#: The duration factor's unit: runs shorter than about a minute all score near 1.
+_MINUTE = 60.0
+
+
+def job_duration(job: JobState) -> float | None:
+    """What the order knows of ``job``'s run time: its estimate, else its maximum, else nothing."""
+    return job.estimated_duration_s or job.max_duration_s or None
+
+
+def duration_factor(duration_s: float | None, long_job_s: float) -> float:
+    """1 for an instant run, 0 for one of ``long_job_s`` or longer (or of unknown length); log scale between."""
+    if duration_s is None or long_job_s <= 0:
+        return 0.0
+    if duration_s <= 0:
+        return 1.0
+    return max(0.0, 1.0 - math.log1p(duration_s / _MINUTE) / math.log1p(long_job_s / _MINUTE))
+
+
 def weighted(factors: Factors, ordering: Ordering) -> dict[str, float]:
     """Each factor times its weight (the sprio columns)."""
     return {
@@ -65,6 +91,7 @@ def weighted(factors: Factors, ordering: Ordering) -> dict[str, float]:
         "fair_share": ordering.weight_fair_share * factors.fair_share,
         "age": ordering.weight_age * factors.age,
         "job_size": ordering.weight_job_size * factors.job_size,
+        "duration": ordering.weight_duration * factors.duration,
     }
 
 
@@ -82,6 +109,7 @@ def job_factors(
         fair_share,
         age_factor(now - job.submitted_at, ordering.max_age_s),
         size_factor(units, largest_node),
+        duration_factor(job_duration(job), ordering.long_job_s),
     )
 
 
@@ -99,6 +127,8 @@ def order_pending(
     w_fs = ordering.weight_fair_share
     w_age = ordering.weight_age
     w_size = ordering.weight_job_size
+    w_dur = ordering.weight_duration
+    long_job = ordering.long_job_s
     max_age = ordering.max_age_s
     # Constant part per (team, user, class): one dict probe per job.
     base: dict[tuple[str, str, str], float] = {}
@@ -119,6 +149,8 @@ def order_pending(
             score = b
         if size_scale:
             score += min(size_units(job) * size_scale, w_size)
+        if w_dur:
+            score += w_dur * duration_factor(job_duration(job), long_job)
         scores[job.id] = -score
     by_age = sorted(pending, key=_submission_key)
     by_age.sort(key=lambda job: scores[job.id])

@@ -514,3 +514,11 @@ def test_the_wait_memo_answers_as_placing_each_job_anywhere(snap: Snapshot) -> N
     with pytest.MonkeyPatch.context() as monkeypatch:
         want = _unmemoised(snap, monkeypatch)
     assert fresh(snap) == want
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_tick_order_is_order_pending_with_the_duration_factor(snap: Snapshot) -> None:
+    ordering = dataclasses.replace(snap.policy.ordering, weight_duration=20000.0, long_job_s=86400.0)
+    snap.policy = dataclasses.replace(snap.policy, ordering=ordering)
+    assert tick_order(snap) == reference_order(snap)

@@ -7,7 +7,14 @@ from engine_factory import T0, Cluster, job, policy, quota, snapshot
 
 from scheduling.engine.explain import explain
 from scheduling.engine.policy import Ordering
-from scheduling.engine.priority import age_factor, class_factors, order_pending, size_factor
+from scheduling.engine.priority import (
+    age_factor,
+    class_factors,
+    duration_factor,
+    job_duration,
+    order_pending,
+    size_factor,
+)
 
 
 def test_class_factor_spans_zero_to_one() -> None:
@@ -56,3 +63,44 @@ def test_explain_shows_factors_weights_quota_and_reason() -> None:
     assert info["quota"]["schedule"] is None
     with pytest.raises(KeyError):
         explain(snap, 99)
+
+
+# -- the duration factor (ordering.weights.duration) ----------------------------------
+
+
+def test_duration_factor_is_one_for_an_instant_run_and_zero_from_long_job_on() -> None:
+    week = 7 * 86400.0
+    assert duration_factor(0.0, week) == 1.0
+    assert duration_factor(week, week) == pytest.approx(0.0)
+    assert duration_factor(3 * week, week) == 0.0
+    assert duration_factor(None, week) == 0.0  # unknown length: treated as long
+    values = [duration_factor(d, week) for d in (60, 600, 3600, 86400, 3 * 86400)]
+    assert values == sorted(values, reverse=True) and len(set(values)) == len(values)
+    # Log scale: ten times shorter gains about the same at every length well above a minute.
+    gain_hours = duration_factor(36_000, week) - duration_factor(360_000, week)
+    gain_minutes = duration_factor(3_600, week) - duration_factor(36_000, week)
+    assert gain_hours == pytest.approx(gain_minutes, rel=0.01)
+
+
+def test_shorter_estimate_first_only_with_the_duration_weight() -> None:
+    long_first = [job(1, submitted=-600, est=2 * 86400.0), job(2, submitted=-60, est=600.0)]
+    size = lambda j: 1.0  # noqa: E731
+    plain = order_pending(long_first, Ordering(), {"normal": 1.0}, lambda t, u: 0.5, T0, size, 8)
+    assert [j.id for j in plain] == [1, 2]  # age: the earlier one first
+    short = order_pending(long_first, Ordering(weight_duration=5000), {"normal": 1.0}, lambda t, u: 0.5, T0, size, 8)
+    assert [j.id for j in short] == [2, 1]
+
+
+def test_duration_factor_reads_the_estimate_then_the_maximum() -> None:
+    assert job_duration(job(1, est=600.0, max_duration=7200.0)) == 600.0
+    assert job_duration(job(1, est=0.0, max_duration=7200.0)) == 7200.0
+    assert job_duration(job(1, est=0.0)) is None
+
+
+def test_explain_shows_the_duration_factor_and_its_weight() -> None:
+    pol = policy(ordering=Ordering(weight_duration=4000, long_job_s=86400.0))
+    snap = snapshot(pol, Cluster().node("n1", devices=1), [job(1, est=3600.0)])
+    factor = explain(snap, 1)["factors"]["duration"]
+    assert factor["weight"] == 4000
+    assert factor["factor"] == pytest.approx(duration_factor(3600.0, 86400.0))
+    assert factor["weighted"] == pytest.approx(4000 * factor["factor"])

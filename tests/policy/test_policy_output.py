@@ -221,9 +221,14 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
             "timezone": draw(st.sampled_from(["UTC", "Asia/Shanghai", "Europe/Berlin", "America/New_York"])),
             "priorityClasses": class_entries,
             "ordering": {
-                "weights": {"priorityClass": draw(_amount), "age": draw(_amount)},
+                "weights": {
+                    "priorityClass": draw(_amount),
+                    "age": draw(_amount),
+                    **({"duration": draw(_amount)} if draw(st.booleans()) else {}),
+                },
                 "maxAge": draw(_duration),
                 "usageHalfLife": draw(_duration),
+                **({"longJob": draw(_duration)} if draw(st.booleans()) else {}),
             },
             "placement": {"strategy": draw(st.sampled_from(["binpack", "spread"]))},
             "backfill": draw(st.booleans()),
@@ -335,6 +340,12 @@ def test_diff_policies_is_a_unified_diff() -> None:
         ),
         ("fairShare: 5000", "fairShare: 6000", ["ordering.weights.fairShare: 5000 → 6000"]),
         ("maxAge: 7d", "maxAge: 14d", ["ordering.maxAge: 7d → 14d"]),
+        (
+            "maxAge: 7d",
+            "maxAge: 7d\n    longJob: 1d",
+            ["ordering.longJob: 7d → 24h"],
+        ),
+        ("fairShare: 5000", "fairShare: 5000, duration: 20000", ["ordering.weights.duration: 0 → 20000"]),
         (
             "{name: high, preempts: [low]}",
             "{name: high, preempts: [low], preemptible: false}",

@@ -137,6 +137,8 @@ ERROR_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.ordering", {"maxAge": "7days"}, "spec.ordering.maxAge", "'7days' is not a duration"),
     ("spec.ordering", {"usageHalfLife": 0}, "spec.ordering.usageHalfLife", "must be a duration > 0"),
     ("spec.ordering", {"maxAge": "30m1h"}, "spec.ordering.maxAge", "is not a duration"),
+    ("spec.ordering", {"longJob": 0}, "spec.ordering.longJob", "must be a duration > 0"),
+    ("spec.ordering", {"weights": {"duration": -1}}, "spec.ordering.weights.duration", "must be a number >= 0"),
     ("spec.preemption", {"gracePeriod": -1}, "spec.preemption.gracePeriod", "must be a duration >= 0, got -1"),
     ("spec.starvation", {"after": 0}, "spec.starvation.after", "must be a duration > 0, got 0"),
     ("spec.starvation", {"after": "a day"}, "spec.starvation.after", "'a day' is not a duration"),

@@ -31,6 +31,7 @@ def make_policy(
     on_preempt: str = "requeue",
     timezone: str = "UTC",
     starvation: str | None = None,
+    ordering: dict[str, Any] | None = None,
 ) -> Policy:
     """A policy written as YAML and parsed by the engine's own parser."""
     doc = {
@@ -49,6 +50,8 @@ def make_policy(
     }
     if starvation is not None:
         doc["spec"]["starvation"] = {"after": starvation}  # type: ignore[index]
+    if ordering is not None:
+        doc["spec"]["ordering"] = ordering  # type: ignore[index]
     return parse_policy(yaml.safe_dump(doc, sort_keys=False))
 
 

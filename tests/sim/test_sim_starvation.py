@@ -55,3 +55,33 @@ def test_the_wait_a_teams_own_max_explains_is_told_apart() -> None:
     waits = out["policy"]["wait_s"]
     assert waits["overall"]["max"] == 100  # a2 starts when a1 ends
     assert waits["beyond_own_limits"]["max"] == 0  # all of it was a's own max; b1 started at once
+
+
+def _short_first(starvation: str | None) -> dict[str, float]:
+    """One server of 8 cards and shorter runs first (``weights.duration``). At 0 an 8-card job of
+    2 hours arrives with a stream of 4-card, 1-hour jobs, one every 20 minutes for 20 hours: more
+    than the server runs, and every one of them shorter than the big job."""
+    rows = [row("long", 0.0, 2 * HOUR, 8)]
+    rows += [row(f"s{i}", i * 1200.0, HOUR, 4) for i in range(60)]
+    policy = make_policy(
+        [{"name": "a", "shares": 1}],
+        starvation=starvation,
+        ordering={"weights": {"duration": 20000}},
+    )
+    out = run_simulation(rows, make_cluster(1, 8), policy, job_records=True)
+    return {
+        r["job_id"]: (float(r["first_start_s"]) if r["first_start_s"] != "" else float("inf"))
+        for r in out["job_records"]["policy"]
+    }
+
+
+def test_shorter_runs_first_would_hold_a_long_job_back_until_the_stream_ends() -> None:
+    starts = _short_first(None)
+    assert starts["s0"] == 0.0  # submitted with the long job, it goes first
+    assert starts["long"] > 20 * HOUR
+
+
+def test_the_guard_bounds_the_wait_that_shorter_runs_first_makes() -> None:
+    starts = _short_first("3h")
+    # Starving from 3 h, it holds the server; the 1-hour jobs on it end within the hour.
+    assert 3 * HOUR < starts["long"] <= 4 * HOUR + 60
