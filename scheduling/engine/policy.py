@@ -157,9 +157,9 @@ class Ordering(Record):
     weight_job_size: float = 0.0
     max_age_s: float = 7 * 86400.0
     usage_half_life_s: float = 7 * 86400.0
-    #: Weight of the duration factor (shorter estimated runs first); 0 leaves it out.
+    #: Weight of the duration factor (shorter runs first); 0 leaves it out.
     weight_duration: float = 0.0
-    #: A job estimated to run this long or longer gets the duration factor 0.
+    #: A job of this duration (maximum, else estimate) or longer gets the duration factor 0.
     long_job_s: float = 7 * 86400.0
 
 
