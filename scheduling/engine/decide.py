@@ -50,7 +50,10 @@ decisions.
       quota at admission too), so no later job of the team is admitted or
       given victims on room it took. At most
       ``preemption.MAX_SEARCHES_PER_TICK`` searches run per tick (Kueue-like:
-      only queue heads plan preemption), the rest wait for a later tick;
+      only queue heads plan preemption), the rest wait for a later tick. Of the
+      victim sets that free the cards, the one losing the least work
+      (:mod:`work_lost`), then the fewest victims; a job the starvation guard
+      served late costs its threshold's worth of cards more (:mod:`starvation`);
    g. *still no room* (:mod:`backfill`): the first blocked job of each pool
       gets its shadow time as estimated start and (with backfill) a hold on
       the cards it will take; it waits with ``Resources``. Later blocked jobs
@@ -99,7 +102,14 @@ from scheduling.engine.snapshot import (
     VnpuTemplate,
     Wait,
 )
-from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, held_detail, starving_first, unheld_detail
+from scheduling.engine.starvation import (
+    MAX_HOLDS_PER_CHIP,
+    Guard,
+    held_detail,
+    served_late,
+    starving_first,
+    unheld_detail,
+)
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -389,6 +399,8 @@ class Tick:
             self._preemptor = Preemptor(
                 self.policy, self.state, self.ledgers, self.now, self._leaving, self._promised_devices
             )
+            if self.guard.on:
+                self._preemptor.served_late = served_late(self.guard, self.snapshot.running)
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:

@@ -17,7 +17,10 @@ means never).
 
 Choosing victims (least work lost). A victim loses the device-hours it computed
 since it started, or since its last checkpoint if it declares
-``checkpoint_interval_s`` (:func:`work_lost.device_hours_lost`, at ``now``).
+``checkpoint_interval_s`` (:func:`work_lost.device_hours_lost`, at ``now``). A
+job the starvation guard served late (it started more than its class's threshold
+after submission, :func:`starvation.served_late`) counts its threshold's worth of
+its cards more: stopped, it would wait again.
 
 1. If jobs already leaving (their ``preempt_deadline`` is set; their cards count as
    free at their deadline) free enough cards, that is the plan: no victim.
@@ -190,6 +193,9 @@ class Preemptor:
         #: the borrowing checks are the same, and more cards (or whole nodes) are harder to free.
         self._failed_whole: dict[tuple, tuple[int, int, float]] = {}
         self.version = 0
+        #: Running jobs that started past their starvation threshold, and that threshold in seconds
+        #: (``starvation.served_late``, set by the tick): stopping one costs that much of its cards more.
+        self.served_late: dict[int, float] = {}
         self._unlimited = True
         #: Victim searches run / refused this tick (see ``MAX_SEARCHES_PER_TICK``).
         self.searches = 0
@@ -359,7 +365,11 @@ class Preemptor:
         keys: list[tuple[int, float, int]] = []
         for o in occs:
             job = o.job
-            loss = lost[job.id] = device_hours_lost(o.units, job.started_at, now, job.checkpoint_interval_s)  # type: ignore[arg-type]
+            loss = device_hours_lost(o.units, job.started_at, now, job.checkpoint_interval_s)  # type: ignore[arg-type]
+            late = self.served_late.get(job.id)
+            if late is not None:
+                loss += o.units * late / 3600.0
+            lost[job.id] = loss
             keys.append((-rank.get(job.priority_class, lowest), loss, job.id))
         return [occs[i] for i in sorted(range(len(occs)), key=keys.__getitem__)]
 

@@ -34,13 +34,21 @@ the rules combine):
   cards on one chip model per tick (a backfill pass looks at a bounded number of
   jobs); the ones after them still come first but wait without a hold this tick.
   A vNPU request that starves only comes first: a slice needs part of one card,
-  which the first card to free gives it, and holds stack for whole cards only.
+  which the first card to free gives it, and holds stack for whole cards only;
+* **victims** (step 4f, :func:`served_late`): a running job that started more than
+  its threshold after its submission costs a victim search its threshold's worth
+  of its cards on top of the work it would lose (:mod:`work_lost`). Stopped, it
+  would wait again and need its cards drained again, and the least-work rule
+  alone picks exactly such a job, as it just started. Searches take it only when
+  every other way loses more. (For a requeued job the time since submission
+  includes its earlier runs: it too would start over.)
 
 Pure functions of the policy and the job; no Django.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
 
@@ -92,6 +100,19 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     chosen = set(front)
     rest = [k for k in idx if k not in chosen]
     return front + rest, {pending[k].id for k in front}
+
+
+def served_late(guard: Guard, running: Iterable[JobState]) -> dict[int, float]:
+    """Running jobs that started more than their class's threshold after submission: id -> threshold (s).
+
+    What stopping each costs a victim search beyond its lost work (module docstring, *victims*).
+    """
+    out: dict[int, float] = {}
+    for job in running:
+        after = guard.after(job.priority_class)
+        if after is not None and job.started_at is not None and job.started_at - job.submitted_at > after:
+            out[job.id] = after
+    return out
 
 
 def held_detail(guard: Guard, job: JobState, nodes: list[str], at: float, policy: Policy) -> str:

@@ -15,7 +15,7 @@ from scheduling.engine import reasons
 from scheduling.engine.decide import Tick, decide
 from scheduling.engine.explain import explain
 from scheduling.engine.snapshot import Snapshot
-from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard
+from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, served_late
 
 H = 3600.0
 
@@ -121,3 +121,33 @@ def test_starving_holds_never_overlap_and_nothing_started_on_them_delays_them(sn
     order = [jid for jid in out.waiting] + [s.job_id for s in out.starts]
     assert set(tick.starving) == {jid for _, jid in starving}
     assert all(jid in order for _, jid in starving)
+
+
+def _reclaim_world(starvation: float | None) -> list[int]:
+    """n1 and n2 of 8 cards, all borrowed by team b: on n1 an 8-card job that started 10 minutes
+    ago after waiting 30 h; on n2 one that started 40 minutes ago at once. Team c, within its
+    guarantee, reclaims 8 cards. Returns the victims' ids."""
+    cl = Cluster().node("n1").node("n2")
+    running = [
+        job(1, "b", 8, slots=[cl.dev(f"n1/{i}") for i in range(8)], started=-600, submitted=-30 * H, est=9 * H),
+        job(2, "b", 8, slots=[cl.dev(f"n2/{i}") for i in range(8)], started=-2400, submitted=-2400, est=9 * H),
+    ]
+    teams = {"b": quota(), "c": quota(guaranteed={"devices": 8})}
+    pol = policy(teams, starvation=starvation)
+    out = decide(snapshot(pol, cl, [job(10, "c", 8, submitted=-60)], running))
+    return [p.job_id for p in out.preemptions]
+
+
+def test_a_reclaim_spares_the_job_the_guard_just_served_when_another_costs_less() -> None:
+    # Least work alone: the job started 10 minutes ago (1.3 device-hours) before the 40-minute one (5.3).
+    assert _reclaim_world(None) == [1]
+    # With the guard at 24 h, job 1 started 29.8 h after submission: its 24 h of 8 cards count too.
+    assert _reclaim_world(24 * H) == [2]
+
+
+def test_served_late_names_the_jobs_that_started_past_their_threshold() -> None:
+    guard = Guard(policy(starvation=24 * H))
+    late = job(1, slots=[0], started=-60, submitted=-30 * H)
+    on_time = job(2, slots=[1], started=-60, submitted=-2 * H)
+    assert served_late(guard, [late, on_time]) == {1: 24 * H}
+    assert served_late(Guard(policy()), [late]) == {}
