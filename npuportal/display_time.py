@@ -74,6 +74,16 @@ def when(value: datetime | None, style: str = "") -> str:
     return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(), local.isoformat(), text)
 
 
+@register.filter
+def seconds(value: float | None) -> str:
+    """A length of time in seconds as the policy writes durations (``90m`` → ``1h30m``); ``""`` for none."""
+    from scheduling.engine.durations import format_duration
+
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return format_duration(value)
+
+
 def as_shown(value: datetime | None, style: str = "") -> str:
     """``value`` exactly as a console page shows it, from outside a request (tests, e-mails)."""
     from scheduling.engine.policy import zone

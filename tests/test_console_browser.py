@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from devices.models import Node
 from quotas.models import AuditEvent
+from scheduling.engine.durations import format_duration
 from scheduling.models import Job
 from scheduling.services.tick import run_tick
 from tests.browser import login, page, requires_chromium  # noqa: F401 - page is a fixture
@@ -38,6 +39,9 @@ def test_lead_submits_sees_why_it_waits_then_runs_and_cancels(demo, user_factory
     job = Job.objects.get(name="ablation-7")
     assert page.locator("#job-state").inner_text() == "Pending"
     assert page.locator("#priority").count() == 1  # the engine's own priority breakdown
+    # What the order reads of its length (the duration factor), as the user gave it.
+    assert "duration" in page.locator("#priority").inner_text()
+    assert f"estimated {format_duration(job.estimated_duration_s)}" in page.locator("#job-time").inner_text()
 
     run_tick()
     page.reload()

@@ -9,8 +9,8 @@
 * age: ``min(waited / max_age, 1)``;
 * job size: ``device units / largest node``, capped at 1;
 * duration (shorter first): ``1 - ln(1 + d / 1 min) / ln(1 + longJob / 1 min)``,
-  clamped to ``[0, 1]``, for the job's maximum duration ``d`` (else its
-  estimate; a job with neither scores 0). On a log scale because
+  clamped to ``[0, 1]``, for the job's estimated duration ``d`` (else its
+  maximum; a job with neither scores 0). On a log scale because
   runs span seconds to weeks: each tenfold shorter run gains the same. Short
   runs first cut the waits of most jobs; the starvation guard
   (:mod:`starvation`) keeps the long ones from waiting for ever.
@@ -71,12 +71,13 @@ _MINUTE = 60.0
 
 
 def job_duration(job: JobState) -> float | None:
-    """What the order knows of ``job``'s run time: its maximum, else its estimate, else nothing.
+    """What the order knows of ``job``'s run time: its estimate, else its maximum, else nothing.
 
-    The maximum first, as the quota's ``maxJobDuration`` reads it: it is enforced (the
-    job is stopped when it is over), so understating it gains nothing.
+    The estimate first, as backfill reads it: it is the job's own figure, and no more than
+    its maximum (submission checks that). The maximum is often the team's
+    ``maxJobDuration``, given to every job that names none, so it tells jobs apart less.
     """
-    return job.max_duration_s or job.estimated_duration_s or None
+    return job.estimated_duration_s or job.max_duration_s or None
 
 
 def duration_factor(duration_s: float | None, long_job_s: float) -> float:

@@ -91,9 +91,10 @@ def test_shorter_estimate_first_only_with_the_duration_weight() -> None:
     assert [j.id for j in short] == [2, 1]
 
 
-def test_duration_factor_reads_the_enforced_maximum_then_the_estimate() -> None:
-    assert job_duration(job(1, est=600.0, max_duration=7200.0)) == 7200.0
-    assert job_duration(job(1, est=600.0)) == 600.0
+def test_duration_factor_reads_the_estimate_then_the_maximum() -> None:
+    # A job that names no maximum gets its team's maxJobDuration: the estimate tells jobs apart.
+    assert job_duration(job(1, est=600.0, max_duration=7 * 86400.0)) == 600.0
+    assert job_duration(job(1, est=0.0, max_duration=7200.0)) == 7200.0
     assert job_duration(job(1, est=0.0)) is None
 
 
