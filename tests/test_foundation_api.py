@@ -51,6 +51,12 @@ def test_bad_submissions_get_400_naming_the_field_and_change_nothing(
         # training may hold 24 cards; the largest chip pool has 16.
         ({"num_devices": 25}, "asks for 25 devices; no chip model has that many (910B4: 16, 910A: 8, 310P3: 4)"),
         ({"num_devices": 17, "chip_model": "910B4"}, "asks for 17 devices; the cluster has 16 of 910B4"),
+        # A quarter of the 910B4 cards is held for critical: a normal job never gets all 16.
+        (
+            {"num_devices": 16, "chip_model": "910B4"},
+            "16 devices is more than the reservations leave: reservation online-inference holds 4 of the "
+            "16 910B4 cards for critical: a normal job can have at most 12 of them",
+        ),
     ],
 )
 def test_a_job_that_can_never_run_is_a_400_naming_num_devices_and_stores_nothing(

@@ -32,7 +32,8 @@ decisions.
       (``NodeUnhealthy``), shape fits the servers at all (``Topology``);
    c. *reservation* (:mod:`reservations`): free devices minus the job stay at
       or above what is held for other classes (``ReservedCapacity`` when
-      devices are free but held);
+      devices are free but held, or when the job is larger than the
+      reservations would leave it with every card free: it gets no hold);
    d. *queue position*: without backfill, a pool (chip model) whose first
       blocked job is waiting takes no lower job (``Priority``) — except a job
       within its team's guarantee, which is entitled to that capacity;
@@ -64,8 +65,8 @@ decisions.
       guarantee may take an ordinary hold's cards, never a starving job's.
 
 5. **Never runnable** (:mod:`feasibility`): a job left waiting for its team's
-   limits or its shape that no schedule of the policy and no state of the
-   inventory would ever let run waits with ``NeverRunnable`` ("cannot run
+   limits, a reservation or its shape that no schedule of the policy and no
+   state of the inventory would ever let run waits with ``NeverRunnable`` ("cannot run
    under the current policy: ..."), not a reason that sounds temporary.
 
 Quota reasons never block the jobs behind: a job stopped by its own team's
@@ -899,6 +900,11 @@ class Tick:
                 if state.chips[chip].free_units + EPS >= units[chip]:
                     held_back = reservations.describe(cls, chip)
                     self._stable = False  # fewer free devices later may turn this into a plain wait
+                elif units[chip] > reservations.ceiling(cls, chip) + EPS:
+                    # More than the reservations ever leave it: no card coming free, no victim
+                    # helps, and a hold would keep cards from jobs that can run (step 5 says
+                    # "never" when the whole inventory would not do either).
+                    held_back = reservations.describe(cls, chip)
                 else:  # short of devices anyway: preemption may still make room
                     # Both the headroom and the free devices only shrink (until the free state
                     # grows, which bumps the epoch): this chip stays out of reach for the tick.

@@ -18,7 +18,12 @@ health:
   each time-of-day window): more devices than ``max`` (overall or per chip
   model, on every chip model the shape fits), a priority class the team may
   never use, longer than ``maxJobDuration``, or more device-hours than
-  ``deviceHoursPerMonth`` allows in a whole month.
+  ``deviceHoursPerMonth`` allows in a whole month;
+* a **reservation** of other classes leaves it too few cards on every chip
+  model it fits: one that holds ``R = floor(ratio x N)`` of the ``N`` cards in
+  its scope for other classes lets a job at most ``N - R`` of them, ever (with
+  the scope idle ``R`` must stay free; the reserved classes' own jobs take from
+  the same ``R``, :mod:`reservations`).
 
 Limits that depend on what runs now (``maxConcurrentJobs``, the devices the
 team holds, the month's usage so far) are "for now" and are not checked here.
@@ -26,6 +31,7 @@ team holds, the month's usage so far) are "for now" and are not checked here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -158,7 +164,7 @@ def check(policy: Policy, request: Request, shapes: Shapes) -> Impossible | None
         return too_many
     units, reason, detail = shapes.fit(request.chip_model, request.vnpu_template, request.num_devices)
     if units:
-        return quota_check(policy, request, units)
+        return quota_check(policy, request, units) or reservation_check(policy, request, units, shapes.cards)
     if not units:
         if request.vnpu_template:
             blame = "vnpu_template"
@@ -239,6 +245,45 @@ def quota_check(policy: Policy, request: Request, units: Mapping[str, float]) ->
     return None
 
 
+def reservation_check(
+    policy: Policy, request: Request, units: Mapping[str, float], cards: Mapping[str, int]
+) -> Impossible | None:
+    """Whether other classes' reservations leave ``request`` too few cards on every chip model it fits.
+
+    ``units``: what the job takes per chip model it fits; ``cards``: the inventory's cards per
+    chip model. The most a job of a class outside a reservation ever gets in its scope is the
+    scope's cards less the reserved ones (module docstring); the smallest such room of the
+    reservations that apply decides per chip model.
+    """
+    if not policy.reservations:
+        return None
+    pclass = policy.resolve_class(request.priority_class).name
+    tightest: tuple[float, str, str] | None = None  # (room, chip, why) of the first chip model tried
+    for chip, amount in units.items():
+        room = float("inf")
+        why = ""
+        for spec in policy.reservations:
+            if pclass in spec.priority_classes or (spec.chip_models is not None and chip not in spec.chip_models):
+                continue
+            scope = sum(n for model, n in cards.items() if spec.chip_models is None or model in spec.chip_models)
+            held = math.floor(spec.ratio * scope + 1e-9)
+            if scope - held < room:
+                room = float(scope - held)
+                where = ", ".join(sorted(spec.chip_models)) if spec.chip_models is not None else "all"
+                for_classes = ", ".join(sorted(spec.priority_classes))
+                why = (
+                    f"reservation {spec.name} holds {held} of the {scope} {where} cards for {for_classes}: "
+                    f"a {pclass} job can have at most {_num(room)} of them"
+                )
+        if amount <= room + 1e-9:
+            return None
+        if tightest is None:
+            tightest = (room, chip, why)
+    assert tightest is not None
+    asked = max(units.values())
+    return Impossible("num_devices", f"{_num(asked)} devices is more than the reservations leave: {tightest[2]}")
+
+
 def _num(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
@@ -253,6 +298,7 @@ SUSPECT_REASONS = frozenset(
         reasons.QUOTA_MAX_DURATION,
         reasons.MONTHLY_BUDGET_EXHAUSTED,
         reasons.QUOTA_MAX_DEVICES,
+        reasons.RESERVED_CAPACITY,
     }
 )
 
@@ -321,5 +367,9 @@ def _verdict(snapshot: Snapshot, job: JobState, cores: Mapping[str, int]) -> Wai
         duration_s=float(job.max_duration_s or job.estimated_duration_s),
         estimated_duration_s=float(job.estimated_duration_s),
     )
-    found = quota_check(snapshot.policy, request, units)
+    cards: dict[str, int] = {}
+    for node in snapshot.nodes:
+        for dev in node.devices:
+            cards[dev.chip_model] = cards.get(dev.chip_model, 0) + 1
+    found = quota_check(snapshot.policy, request, units) or reservation_check(snapshot.policy, request, units, cards)
     return None if found is None else Wait(NEVER_RUNNABLE, f"cannot run under the current policy: {found.reason}")

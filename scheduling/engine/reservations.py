@@ -31,6 +31,10 @@ class _Held:
         self.reserved = math.floor(spec.ratio * sum(c.usable_count for c in chips) + 1e-9)
         self.used = 0.0
 
+    def ceiling(self) -> float:
+        """The most a non-reserved job could take in the scope with every usable card free."""
+        return float(sum(c.usable_count for c in self.chips) - self.reserved)
+
     def headroom(self) -> float:
         """Units a non-reserved job may still take in the scope."""
         free = sum(c.free_units for c in self.chips)
@@ -106,6 +110,16 @@ class ReservationLedger:
             self._room[key] = room
             self._known[key] = (room, self.taken)
         return room
+
+    def ceiling(self, cls: str, chip: str) -> float:
+        """The most a job of ``cls`` could take on ``chip`` with every usable card free (``inf``: no limit).
+
+        Whatever runs, a reservation keeps its scope's reserved cards from other classes
+        (its own classes' jobs take from the same cards): a job larger than this waits for
+        no card to come free, only for the policy or the inventory to change. Constant
+        for the tick.
+        """
+        return min((h.ceiling() for h in self.limiting(cls, chip)), default=math.inf)
 
     def forget(self) -> None:
         """The free state changed other than by a start: headrooms worked out so far are void."""

@@ -10,7 +10,16 @@ from scheduling.engine.feasibility import Request, never_runnable
 from scheduling.engine.policy import parse_policy
 from scheduling.engine.snapshot import DeviceState, NodeState, VnpuTemplate
 
-DEMO = parse_policy((Path(__file__).resolve().parents[2] / "examples" / "policies" / "demo.yaml").read_text())
+DEMO_TEXT = (Path(__file__).resolve().parents[2] / "examples" / "policies" / "demo.yaml").read_text()
+DEMO = parse_policy(DEMO_TEXT)
+#: The demo without its reservation (a quarter of the 910B4 cards held for critical).
+UNRESERVED = parse_policy(
+    DEMO_TEXT.replace(
+        "  reservations:\n"
+        "    - {name: online-inference, ratio: 0.25, chipModels: [910B4], forPriorityClasses: [critical]}\n",
+        "",
+    )
+)
 
 
 def _node(name: str, chip: str, cards: int, ring: int, first_id: int, usable: bool = True) -> NodeState:
@@ -54,6 +63,13 @@ def _why(**fields: object) -> tuple[str, str] | None:
         ({"duration_s": 8 * 86400, "estimated_duration_s": 3600}, "max_duration_s", "maxJobDuration"),
         ({"team": "inference", "num_devices": 16, "chip_model": "910B4"}, "num_devices", "may ever hold (10"),
         ({"team": "research", "num_devices": 16, "chip_model": "910B4"}, "num_devices", "may ever hold (12"),
+        # The demo holds a quarter of the 910B4 cards for critical: a normal job gets 12 of 16 at most.
+        (
+            {"num_devices": 16, "chip_model": "910B4"},
+            "num_devices",
+            "reservation online-inference holds 4 of the 16 910B4 cards for critical: "
+            "a normal job can have at most 12 of them",
+        ),
     ],
 )
 def test_jobs_that_can_never_run_are_named_with_the_field_and_the_reason(fields, field, words) -> None:
@@ -66,7 +82,7 @@ def test_jobs_that_can_never_run_are_named_with_the_field_and_the_reason(fields,
 @pytest.mark.parametrize(
     "fields",
     [
-        {"num_devices": 16, "chip_model": "910B4"},  # two whole servers, within training's 24
+        {"num_devices": 8, "chip_model": "910B4"},  # one whole server, within the 12 the reservation leaves
         {"num_devices": 8},  # any chip model
         {"num_devices": 4, "chip_model": "910A"},  # one ring
         {"vnpu_template": "vir02"},
@@ -81,15 +97,16 @@ def test_jobs_that_can_run_some_day_pass(fields) -> None:
 def test_sick_or_cordoned_cards_still_count_a_missing_one_does_not() -> None:
     sick = [_node("b4-1", "910B4", 8, 8, 0, usable=False), NODES[1]]
     request = Request(team="training", num_devices=16, chip_model="910B4", duration_s=60)
-    assert never_runnable(DEMO, request, sick, {}) is None  # comes back when the node is healthy
-    assert never_runnable(DEMO, request, [NODES[1]], {}) is not None  # the node was removed
+    assert never_runnable(UNRESERVED, request, sick, {}) is None  # comes back when the node is healthy
+    assert never_runnable(UNRESERVED, request, [NODES[1]], {}) is not None  # the node was removed
 
 
 def test_a_time_of_day_window_that_allows_more_makes_the_job_possible() -> None:
     text = (Path(__file__).resolve().parents[2] / "examples" / "policies" / "demo.yaml").read_text()
     # inference: 12 devices at most, 16 in business hours; 910B4 capped at 10 in both.
     policy = parse_policy(text.replace("max: {devices: 12, devices/910B4: 10}", "max: {devices: 12}"))
-    request = Request(team="inference", num_devices=16, chip_model="910B4", duration_s=60)
+    # critical: the class the demo's 910B4 reservation is for, so all 16 cards may be its.
+    request = Request(team="inference", num_devices=16, chip_model="910B4", priority_class="critical", duration_s=60)
     assert never_runnable(policy, request, NODES, {}) is None  # 16 within business hours
     night_only = parse_policy(
         text.replace("max: {devices: 12, devices/910B4: 10}", "max: {devices: 8}").replace(
@@ -97,3 +114,56 @@ def test_a_time_of_day_window_that_allows_more_makes_the_job_possible() -> None:
         )
     )
     assert never_runnable(night_only, request, NODES, {}) is not None
+
+
+def test_a_reserved_class_may_have_every_card() -> None:
+    text = (Path(__file__).resolve().parents[2] / "examples" / "policies" / "demo.yaml").read_text()
+    # training may use critical here: the reservation is its own, so all 16 cards may be its.
+    allowed = "allowedPriorityClasses: [critical, high, normal, low]"
+    policy = parse_policy(text.replace("allowedPriorityClasses: [high, normal, low]", allowed))
+    request = Request(team="training", num_devices=16, chip_model="910B4", priority_class="critical", duration_s=60)
+    assert never_runnable(policy, request, NODES, {}) is None
+
+
+# -- in the tick: a job larger than the reservations leave it holds nothing --------------
+
+
+def _reserved_world() -> tuple:
+    """Two 8-card 910B4 servers, a quarter (4 cards) held for high; 5 of n1's cards busy for 1 h more."""
+    from engine_factory import Cluster, job, policy, quota, snapshot
+
+    from scheduling.engine.policy import Reservation
+
+    cl = Cluster().node("n1").node("n2")
+    running = [job(1, "b", 5, slots=[cl.dev(f"n1/{i}") for i in range(5)], started=-600, est=4200.0)]
+    pol = policy(
+        {"a": quota(), "b": quota()},
+        reservations=[Reservation("online", 0.25, frozenset({"910B4"}), frozenset({"high"}))],
+    )
+    return cl, running, pol, job, snapshot
+
+
+def test_a_job_larger_than_the_reservations_leave_waits_without_a_hold_and_is_never_runnable() -> None:
+    from scheduling.engine import reasons
+    from scheduling.engine.decide import decide
+
+    cl, running, pol, job, snapshot = _reserved_world()
+    # 16 normal cards: 12 at most ever (4 of 16 held for high). A 2-card, 2-hour job behind it.
+    pending = [job(10, "a", 16, submitted=-3600), job(11, "a", 2, submitted=-60, est=7200.0)]
+    out = decide(snapshot(pol, cl, pending, running))
+    assert out.waiting[10].reason == reasons.NEVER_RUNNABLE
+    assert "a normal job can have at most 12" in out.waiting[10].detail
+    # It holds no card: the small job starts now though it runs past the big one's would-be shadow time.
+    assert [s.job_id for s in out.starts] == [11]
+
+
+def test_a_job_within_what_the_reservations_leave_waits_for_now() -> None:
+    from scheduling.engine import reasons
+    from scheduling.engine.decide import decide
+
+    cl, running, pol, job, snapshot = _reserved_world()
+    # 8 normal cards, within the 12 the reservation ever leaves. 11 are free, but 4 of them are
+    # held for high while no high job runs: it waits for the reservation, not for ever.
+    out = decide(snapshot(pol, cl, [job(10, "a", 8, submitted=-3600)], running))
+    assert out.waiting[10].reason == reasons.RESERVED_CAPACITY
+    assert "online: 4 held for high" in out.waiting[10].detail
