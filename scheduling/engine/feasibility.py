@@ -319,24 +319,32 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
     if not suspects:
         return 0
     cores: dict[str, int] = {}  # chip model -> most AI cores of one card (a slice's share of a card)
+    cards: dict[str, int] = {}  # chip model -> cards in the inventory
     for node in snapshot.nodes:
         for dev in node.devices:
-            if dev.ai_cores > cores.get(dev.chip_model, -1):
-                cores[dev.chip_model] = dev.ai_cores
+            chip = dev.chip_model
+            cards[chip] = cards.get(chip, 0) + 1
+            if dev.ai_cores > cores.get(chip, -1):
+                cores[chip] = dev.ai_cores
     verdicts: dict[tuple, Wait | None] = {}
     marked = 0
     for job in suspects:
-        key = (
-            job.team,
-            job.chip_model,
-            job.vnpu_template,
-            job.num_devices,
-            job.priority_class,
-            job.max_duration_s,
-            job.estimated_duration_s,
-        )
+        if waiting[job.id].reason == reasons.RESERVED_CAPACITY:
+            # Only the reservations can make it impossible (its team's limits admitted it): a
+            # short key, as a long queue held back by a reservation has many jobs of few shapes.
+            key: tuple = (job.priority_class, job.chip_model, job.vnpu_template, job.num_devices)
+        else:
+            key = (
+                job.team,
+                job.chip_model,
+                job.vnpu_template,
+                job.num_devices,
+                job.priority_class,
+                job.max_duration_s,
+                job.estimated_duration_s,
+            )
         if key not in verdicts:
-            verdicts[key] = _verdict(snapshot, job, cores)
+            verdicts[key] = _verdict(snapshot, job, cores, cards, reserved_only=len(key) == 4)
         verdict = verdicts[key]
         if verdict is not None:
             waiting[job.id] = verdict
@@ -344,7 +352,9 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
     return marked
 
 
-def _verdict(snapshot: Snapshot, job: JobState, cores: Mapping[str, int]) -> Wait | None:
+def _verdict(
+    snapshot: Snapshot, job: JobState, cores: Mapping[str, int], cards: Mapping[str, int], reserved_only: bool
+) -> Wait | None:
     chips = [job.chip_model] if job.chip_model else list(cores)
     units: dict[str, float] = {}
     for chip in chips:
@@ -367,9 +377,6 @@ def _verdict(snapshot: Snapshot, job: JobState, cores: Mapping[str, int]) -> Wai
         duration_s=float(job.max_duration_s or job.estimated_duration_s),
         estimated_duration_s=float(job.estimated_duration_s),
     )
-    cards: dict[str, int] = {}
-    for node in snapshot.nodes:
-        for dev in node.devices:
-            cards[dev.chip_model] = cards.get(dev.chip_model, 0) + 1
-    found = quota_check(snapshot.policy, request, units) or reservation_check(snapshot.policy, request, units, cards)
+    found = None if reserved_only else quota_check(snapshot.policy, request, units)
+    found = found or reservation_check(snapshot.policy, request, units, cards)
     return None if found is None else Wait(NEVER_RUNNABLE, f"cannot run under the current policy: {found.reason}")
