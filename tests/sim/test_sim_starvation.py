@@ -9,6 +9,15 @@ from scheduling.engine.simulator import run_simulation
 HOUR = 3600.0
 
 
+def _first_starts(rows: list, cluster: object, policy: object) -> dict[str, float]:
+    """Each job's first start in the replay (trace seconds; inf for one that never started)."""
+    out = run_simulation(rows, cluster, policy, job_records=True)  # type: ignore[arg-type]
+    return {
+        r["job_id"]: (float(r["first_start_s"]) if r["first_start_s"] != "" else float("inf"))
+        for r in out["job_records"]["policy"]
+    }
+
+
 def _world(starvation: str | None) -> dict[str, float]:
     """Two servers of 8 cards. Team a fills both for the first 2 hours (so it is above its share
     from then on); team b (ten times a's shares) submits a 4-card, 1-hour job every 10 minutes for
@@ -21,11 +30,7 @@ def _world(starvation: str | None) -> dict[str, float]:
         [{"name": "a", "shares": 1}, {"name": "b", "shares": 10}],
         starvation=starvation,
     )
-    out = run_simulation(rows, make_cluster(2, 8), policy, job_records=True)
-    return {
-        r["job_id"]: (float(r["first_start_s"]) if r["first_start_s"] != "" else float("inf"))
-        for r in out["job_records"]["policy"]
-    }
+    return _first_starts(rows, make_cluster(2, 8), policy)
 
 
 def test_without_the_guard_the_big_job_waits_until_the_small_ones_stop_coming() -> None:
@@ -68,11 +73,7 @@ def _short_first(starvation: str | None) -> dict[str, float]:
         starvation=starvation,
         ordering={"weights": {"duration": 20000}},
     )
-    out = run_simulation(rows, make_cluster(1, 8), policy, job_records=True)
-    return {
-        r["job_id"]: (float(r["first_start_s"]) if r["first_start_s"] != "" else float("inf"))
-        for r in out["job_records"]["policy"]
-    }
+    return _first_starts(rows, make_cluster(1, 8), policy)
 
 
 def test_shorter_runs_first_would_hold_a_long_job_back_until_the_stream_ends() -> None:
