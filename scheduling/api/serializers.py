@@ -109,7 +109,8 @@ class JobSerializer(serializers.ModelSerializer):
 _DATETIME = serializers.DateTimeField()
 
 
-def _when(value: datetime | None) -> str | None:
+def api_time(value: datetime | None) -> str | None:
+    """A time as every field of the API gives it (ISO 8601; ``None`` stays ``None``)."""
     return None if value is None else _DATETIME.to_representation(value)
 
 
@@ -202,14 +203,14 @@ def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
         "max_duration_s": job.max_duration_s,
         "checkpoint_interval_s": job.checkpoint_interval_s,
         "state": str(job.state),
-        "submitted_at": _when(job.submitted_at),
-        "started_at": _when(job.started_at),
-        "ended_at": _when(job.ended_at),
+        "submitted_at": api_time(job.submitted_at),
+        "started_at": api_time(job.started_at),
+        "ended_at": api_time(job.ended_at),
         "pending_reason": job.pending_reason,
         "pending_reason_text": reason_text(job.pending_reason) if job.pending_reason else "",
         "pending_detail": job.pending_detail,
-        "estimated_start": _when(job.estimated_start),
-        "preempt_deadline": _when(job.preempt_deadline),
+        "estimated_start": api_time(job.estimated_start),
+        "preempt_deadline": api_time(job.preempt_deadline),
         "exit_code": job.exit_code,
         "exit_reason": exit_reason(str(job.state), job.exit_code),
         "retries": job.retries,

@@ -27,7 +27,7 @@ from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied as DRFPermissionDenied
 from rest_framework.exceptions import ValidationError
@@ -50,6 +50,7 @@ from scheduling.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
     JobSummarySerializer,
+    api_time,
     job_representation,
     job_summary_representation,
 )
@@ -350,8 +351,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             breakdown = explain_job(job)
         except KeyError as exc:  # it ended between the two reads
             raise Conflict({"state": ["job is no longer pending or running"]}) from exc
-        at = breakdown["estimated_start"]  # as the job's own estimated_start reads
-        breakdown["estimated_start"] = None if at is None else serializers.DateTimeField().to_representation(at)
+        breakdown["estimated_start"] = api_time(breakdown["estimated_start"])  # as the job's own reads
         return Response(json_safe(breakdown))
 
 

@@ -308,7 +308,7 @@ class Tick:
                 state.take_whole(pool, mask)
             self.promised[jid] = _Promised(promise, list(masks.items()))
             self._promised_devices[jid] = frozenset(promise.devices)
-            duration = job.estimated_duration_s or job.max_duration_s or math.inf
+            duration = job_duration(job) or math.inf
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
             spot = where.get(promise.devices[0]) if promise.devices else None
             if spot is not None:
@@ -398,10 +398,14 @@ class Tick:
     def preemptor(self) -> Preemptor:
         if self._preemptor is None:
             self._preemptor = Preemptor(
-                self.policy, self.state, self.ledgers, self.now, self._leaving, self._promised_devices
+                self.policy,
+                self.state,
+                self.ledgers,
+                self.now,
+                self._leaving,
+                self._promised_devices,
+                served_late(self.guard, self.snapshot.running) if self.guard.on else None,
             )
-            if self.guard.on:
-                self._preemptor.served_late = served_late(self.guard, self.snapshot.running)
         return self._preemptor
 
     def wait(self, job_id: int, reason: str, detail: str = "", estimated: float | None = None) -> None:
@@ -623,7 +627,7 @@ class Tick:
             # the long tail of a full queue is answered from this memo. With holds,
             # the answer also depends on which shadow times the job ends before.
             if holds:
-                duration = job.estimated_duration_s or job.max_duration_s or 0.0
+                duration = job_duration(job) or 0.0
                 rank = bisect_left(shadows, now + duration) if duration > 0 else -1
             else:
                 rank = 0
@@ -947,7 +951,7 @@ class Tick:
                     find_fail.add((nid, chip))
             held = holds.get(chip)
             if placement is None and held is not None:
-                duration = job.estimated_duration_s or (job.max_duration_s or 0.0)
+                duration = job_duration(job) or 0.0
                 usable = [
                     hold
                     for hold in held
@@ -1041,7 +1045,7 @@ class Tick:
                         state.hide_slices(pool, i)
                         if (pool, i) not in hold.sliced_now:
                             hold.sliced_now.append((pool, i))
-        duration = job.estimated_duration_s or job.max_duration_s or 0.0
+        duration = job_duration(job) or 0.0
         # Without an estimate or a max the job has no known end, as expected_end says once it runs.
         end = self.now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, self.now, job.preempt_deadline)
@@ -1068,7 +1072,7 @@ class Tick:
         ledger.month_hours += units * job.estimated_duration_s / 3600.0
         self.reservations.on_start(job.priority_class, chip, units)
         now = self.now
-        duration = job.estimated_duration_s or job.max_duration_s or 0.0
+        duration = job_duration(job) or 0.0
         end = now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, now, job.preempt_deadline)  # type: ignore[arg-type]
         jid = job.id
@@ -1101,7 +1105,7 @@ class Tick:
         for occ, why in plan.victims:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
             self._changed.append(occ)
-        duration = job.estimated_duration_s or job.max_duration_s or math.inf  # (no known end: never)
+        duration = job_duration(job) or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
         units = need.units[plan.chip]
         self._count(job.id, self.ledgers[job.team], plan.chip, units, units * job.estimated_duration_s / 3600.0)
@@ -1182,7 +1186,7 @@ class Tick:
             why = "its cards are not known to come free (a job without any duration holds them)"
             return reasons.RESOURCES, unheld_detail(guard, job, why), None
         at, chip, devices = best
-        duration = job.estimated_duration_s or job.max_duration_s or 0.0
+        duration = job_duration(job) or 0.0
         until = at + duration if duration > 0 else math.inf
         self.hold(job, chip, at, devices, starving=True, until=until)
         self.version += 1

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from scheduling.engine import reasons
 from scheduling.engine.capacity import ClusterState
 from scheduling.engine.placement import Need, need_of_key
-from scheduling.engine.policy import DEVICES, Policy, Quota, TeamPolicy, chip_resource, merge_quota
+from scheduling.engine.policy import DEVICES, Policy, Quota, Reservation, TeamPolicy, chip_resource, merge_quota
 from scheduling.engine.snapshot import Decisions, DeviceState, JobState, NodeState, Snapshot, VnpuTemplate, Wait
 
 #: The wait reason of a job that can no longer run (after a policy or inventory change).
@@ -265,8 +265,7 @@ def reservation_check(
         for spec in policy.reservations:
             if pclass in spec.priority_classes or (spec.chip_models is not None and chip not in spec.chip_models):
                 continue
-            scope = sum(n for model, n in cards.items() if spec.chip_models is None or model in spec.chip_models)
-            held = math.floor(spec.ratio * scope + 1e-9)
+            scope, held = _scope_and_held(spec, cards)
             if scope - held < room:
                 room = float(scope - held)
                 where = ", ".join(sorted(spec.chip_models)) if spec.chip_models is not None else "all"
@@ -282,6 +281,13 @@ def reservation_check(
     assert tightest is not None
     asked = max(units.values())
     return Impossible("num_devices", f"{_num(asked)} devices is more than the reservations leave: {tightest[2]}")
+
+
+def _scope_and_held(spec: Reservation, cards: Mapping[str, int]) -> tuple[int, int]:
+    """The inventory's cards in ``spec``'s scope, and how many of them it holds with all healthy
+    (as :class:`reservations._Held` counts them from the usable ones)."""
+    scope = sum(n for model, n in cards.items() if spec.chip_models is None or model in spec.chip_models)
+    return scope, math.floor(spec.ratio * scope + 1e-9)
 
 
 def _num(value: float) -> int | float:
@@ -326,10 +332,17 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
             cards[chip] = cards.get(chip, 0) + 1
             if dev.ai_cores > cores.get(chip, -1):
                 cores[chip] = dev.ai_cores
+    # No reservation leaves a job of another class fewer whole cards than this: a job held back
+    # by one and asking no more (or a slice) waits for cards, not for ever, and is passed over.
+    rooms = [scope - held for scope, held in (_scope_and_held(r, cards) for r in snapshot.policy.reservations)]
+    least_room = min(rooms, default=0)
     verdicts: dict[tuple, Wait | None] = {}
     marked = 0
     for job in suspects:
-        if waiting[job.id].reason == reasons.RESERVED_CAPACITY:
+        reserved_only = waiting[job.id].reason == reasons.RESERVED_CAPACITY
+        if reserved_only:
+            if job.vnpu_template is not None or job.num_devices <= least_room:
+                continue
             # Only the reservations can make it impossible (its team's limits admitted it): a
             # short key, as a long queue held back by a reservation has many jobs of few shapes.
             key: tuple = (job.priority_class, job.chip_model, job.vnpu_template, job.num_devices)
@@ -344,7 +357,7 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
                 job.estimated_duration_s,
             )
         if key not in verdicts:
-            verdicts[key] = _verdict(snapshot, job, cores, cards, reserved_only=len(key) == 4)
+            verdicts[key] = _verdict(snapshot, job, cores, cards, reserved_only)
         verdict = verdicts[key]
         if verdict is not None:
             waiting[job.id] = verdict

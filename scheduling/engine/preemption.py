@@ -141,11 +141,16 @@ class Preemptor:
         now: float,
         leaving: Iterable[Occupant] | None = None,
         promised: Mapping[int, frozenset[int]] | None = None,
+        served_late: Mapping[int, float] | None = None,
     ) -> None:
         """``leaving``: the running jobs already leaving, in the state's order (found by a scan if not given).
 
         ``promised``: device ids promised to waiting jobs by earlier ticks, per job id
         (see ``snapshot.Promise``): no other job's search counts them.
+
+        ``served_late``: running jobs that started past their starvation threshold, and that
+        threshold in seconds (:func:`starvation.served_late`): stopping one costs that much of
+        its cards more.
         """
         self.state = state
         self.ledgers = ledgers
@@ -193,9 +198,7 @@ class Preemptor:
         #: the borrowing checks are the same, and more cards (or whole nodes) are harder to free.
         self._failed_whole: dict[tuple, tuple[int, int, float]] = {}
         self.version = 0
-        #: Running jobs that started past their starvation threshold, and that threshold in seconds
-        #: (``starvation.served_late``, set by the tick): stopping one costs that much of its cards more.
-        self.served_late: dict[int, float] = {}
+        self.served_late: Mapping[int, float] = served_late or {}
         self._unlimited = True
         #: Victim searches run / refused this tick (see ``MAX_SEARCHES_PER_TICK``).
         self.searches = 0

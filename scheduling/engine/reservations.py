@@ -23,17 +23,16 @@ from scheduling.engine.policy import Reservation
 
 
 class _Held:
-    __slots__ = ("chips", "reserved", "spec", "used")
+    __slots__ = ("ceiling", "chips", "reserved", "spec", "used")
 
     def __init__(self, spec: Reservation, chips: list[Chip]) -> None:
         self.spec = spec
         self.chips = chips
-        self.reserved = math.floor(spec.ratio * sum(c.usable_count for c in chips) + 1e-9)
+        usable = sum(c.usable_count for c in chips)
+        self.reserved = math.floor(spec.ratio * usable + 1e-9)
+        #: The most a non-reserved job could take in the scope with every usable card free.
+        self.ceiling = float(usable - self.reserved)
         self.used = 0.0
-
-    def ceiling(self) -> float:
-        """The most a non-reserved job could take in the scope with every usable card free."""
-        return float(sum(c.usable_count for c in self.chips) - self.reserved)
 
     def headroom(self) -> float:
         """Units a non-reserved job may still take in the scope."""
@@ -119,7 +118,7 @@ class ReservationLedger:
         no card to come free, only for the policy or the inventory to change. Constant
         for the tick.
         """
-        return min((h.ceiling() for h in self.limiting(cls, chip)), default=math.inf)
+        return min((h.ceiling for h in self.limiting(cls, chip)), default=math.inf)
 
     def forget(self) -> None:
         """The free state changed other than by a start: headrooms worked out so far are void."""
