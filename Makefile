@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test setup engine migrate lint format browser clean schema
+.PHONY: run test calendar setup engine migrate lint format browser clean schema
 
 run: setup ## set up, seed the demo once, start web + worker + beat + agents + load generator
 	$(PY) manage.py seed_demo
@@ -19,11 +19,26 @@ test: setup browser ## set up and run the whole suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 	@# The decision core once more as plain Python (the suite above ran the compiled build, if any).
 	NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -n 2 $(PYTEST_ARGS)
-	@# The date-sensitive tests (marked clock) again at each fixed instant of tests/clock.py.
-	@$(PY) -c "from tests.clock import INSTANTS; print(*INSTANTS, sep=chr(10))" | while IFS= read -r at; do \
-	  echo "== tests marked clock at $$at"; \
-	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) || exit 1; \
+	@# The date-sensitive tests (marked clock) again at each fixed instant of tests/clock.py and at
+	@# three drawn at random (the seed is printed; NPUPORTAL_CLOCK_SEED repeats the draw).
+	@{ $(PY) -m tests.clock fixed && $(PY) -m tests.clock random; } | while IFS= read -r at; do \
+	  echo "== tests marked clock at $$at (repeat: NPUPORTAL_TEST_CLOCK=\"$$at\" $(BIN)/pytest -m clock)"; \
+	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) < /dev/null || exit 1; \
 	done
+
+# The date-sensitive tests at every instant of tests/clock.calendar_instants() (66: every day across a
+# year end, both ends of every month, 29 February, DST days north and south); goes on past a failure
+# and ends with the count and the instants that failed.
+calendar: setup
+	@$(PY) -m tests.clock calendar > var/calendar-instants.txt; \
+	total=0; failed=""; \
+	while IFS= read -r at; do \
+	  total=$$((total + 1)); echo "== [$$total] tests marked clock at $$at"; \
+	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) < /dev/null || failed="$$failed$$at\n"; \
+	done < var/calendar-instants.txt; \
+	if [ -n "$$failed" ]; then \
+	  printf "== calendar: %s instants, these failed:\n$$failed" "$$total"; exit 1; \
+	else echo "== calendar: all $$total instants passed"; fi
 
 setup: $(STAMP) engine migrate
 

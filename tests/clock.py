@@ -6,15 +6,27 @@ policy is seeded on that zone's clock, so "the 1st at 00:30 on the policy clock"
 tests see even though UTC is still on the day before. ``make test`` runs the tests marked
 ``clock`` at each of :data:`INSTANTS`; without the variable nothing is pinned.
 
+Five fixed instants are not every day: a test that leans on data dated relative to today can
+pass on all five and fail on the 3rd of a month. So ``make test`` also runs the ``clock`` tests at
+three instants drawn at random (:func:`random_instants`; the seed is printed and
+``NPUPORTAL_CLOCK_SEED`` repeats a draw), and ``make calendar`` sweeps :func:`calendar_instants`:
+every day of a month across a year end, both ends of every month of a year, 29 February and the
+DST change days of a northern and a southern zone. ``python -m tests.clock random|calendar``
+prints them, one per line.
+
 Only the test process travels: tests marked ``clock`` keep to the web server of the test
 process (pytest-django's live server is a thread of it) and start no other processes.
 """
 
 from __future__ import annotations
 
+import argparse
+import calendar
 import os
+import random
 import re
-from datetime import datetime
+import sys
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 VARIABLE = "NPUPORTAL_TEST_CLOCK"
@@ -27,6 +39,23 @@ INSTANTS = (
     "2027-03-14T03:30 America/New_York",  # the day clocks go forward (02:00 -> 03:00)
     "2027-10-31T02:30 Europe/Berlin",  # the day clocks go back: 02:30 happens twice
 )
+
+#: Zones the random draw picks from: each side of UTC, far from it, half-hour offsets, and both
+#: hemispheres' daylight saving.
+RANDOM_ZONES = (
+    "Asia/Shanghai",
+    "America/Los_Angeles",
+    "America/New_York",
+    "Europe/Berlin",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+    "America/Santiago",
+    "Asia/Kolkata",
+    "Pacific/Kiritimati",
+    "Pacific/Pago_Pago",
+    "UTC",
+)
+SEED_VARIABLE = "NPUPORTAL_CLOCK_SEED"
 
 _FORMAT = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}) ([A-Za-z_]+(?:/[A-Za-z_+-]+)*)$")
 
@@ -49,3 +78,99 @@ def demo_policy_text(text: str) -> str:
     if found is None:
         return text
     return re.sub(r"(?m)^(\s*timezone:\s*).*$", lambda m: m.group(1) + found[1], text, count=1)
+
+
+def _text(at: datetime, zone: str) -> str:
+    return f"{at:%Y-%m-%dT%H:%M} {zone}"
+
+
+def exists(day: date, hour: int, minute: int, zone: str) -> bool:
+    """Whether that wall-clock time happens in ``zone`` (not skipped by a clock going forward)."""
+    local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=ZoneInfo(zone))
+    return local.astimezone(UTC).astimezone(ZoneInfo(zone)).replace(tzinfo=None) == local.replace(tzinfo=None)
+
+
+def random_instants(seed: int, count: int = 3) -> list[str]:
+    """``count`` instants between 2026 and 2030 drawn from ``seed``: a third at a month's edge
+    (the 1st at 00:xx, the last day at 23:xx), the rest any day at any minute."""
+    draw = random.Random(seed)
+    found: list[str] = []
+    while len(found) < count:
+        zone = draw.choice(RANDOM_ZONES)
+        year, month = draw.randint(2026, 2030), draw.randint(1, 12)
+        last = calendar.monthrange(year, month)[1]
+        edge = draw.random()
+        if edge < 1 / 6:
+            day, hour = date(year, month, 1), 0
+        elif edge < 1 / 3:
+            day, hour = date(year, month, last), 23
+        else:
+            day, hour = date(year, month, draw.randint(1, last)), draw.randint(0, 23)
+        minute = draw.randint(0, 59)
+        if exists(day, hour, minute, zone):
+            found.append(_text(datetime(day.year, day.month, day.day, hour, minute), zone))
+    return found
+
+
+#: DST change days (2027): spring forward at an hour that exists, fall back at the hour that happens twice.
+DST_DAYS = (
+    ("2027-03-14T03:30", "America/New_York"),  # north: forward
+    ("2027-11-07T01:30", "America/New_York"),  # north: back
+    ("2027-03-28T03:30", "Europe/Berlin"),
+    ("2027-10-31T02:30", "Europe/Berlin"),
+    ("2027-10-03T03:30", "Australia/Sydney"),  # south: forward in October
+    ("2027-04-04T02:30", "Australia/Sydney"),  # south: back in April
+    ("2027-09-26T03:30", "Pacific/Auckland"),
+    ("2027-04-04T02:30", "Pacific/Auckland"),
+)
+
+
+def calendar_instants() -> list[str]:
+    """The sweep of ``make calendar``, in order:
+
+    - every day from 15 December 2027 to 15 January 2028 (a month across a month and a year end),
+      alternately at 00:30 in Asia/Shanghai (UTC still on the day before) and at 23:30 in
+      America/Los_Angeles (UTC already on the next day);
+    - both ends of every month of 2027 on the policy clock: the 1st at 00:30 (Asia/Shanghai) and
+      the last day at 23:30 (America/Los_Angeles);
+    - 29 February 2028 at 00:30 and 23:30;
+    - the DST change days of :data:`DST_DAYS`, two northern zones and two southern.
+    """
+    found: list[str] = []
+    day = date(2027, 12, 15)
+    while day <= date(2028, 1, 15):
+        if day.toordinal() % 2:
+            found.append(f"{day:%Y-%m-%d}T00:30 Asia/Shanghai")
+        else:
+            found.append(f"{day:%Y-%m-%d}T23:30 America/Los_Angeles")
+        day += timedelta(days=1)
+    for month in range(1, 13):
+        last = calendar.monthrange(2027, month)[1]
+        found.append(f"2027-{month:02d}-01T00:30 Asia/Shanghai")
+        found.append(f"2027-{month:02d}-{last:02d}T23:30 America/Los_Angeles")
+    found += ["2028-02-29T00:30 Asia/Shanghai", "2028-02-29T23:30 America/Los_Angeles"]
+    found += [f"{at} {zone}" for at, zone in DST_DAYS]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.clock fixed|random|calendar``: the instants, one per line (the seed on stderr)."""
+    parser = argparse.ArgumentParser(prog="python -m tests.clock")
+    parser.add_argument("which", choices=("fixed", "random", "calendar"))
+    parser.add_argument("--count", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.which == "fixed":
+        instants = list(INSTANTS)
+    elif args.which == "calendar":
+        instants = calendar_instants()
+    else:
+        given = os.environ.get(SEED_VARIABLE, "").strip()
+        seed = int(given) if given else random.SystemRandom().randrange(1, 10**9)
+        print(f"clock seed {seed} (repeat the draw with {SEED_VARIABLE}={seed})", file=sys.stderr)
+        instants = random_instants(seed, args.count)
+    print(*instants, sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

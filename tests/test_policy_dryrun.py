@@ -82,11 +82,18 @@ def _starving_load() -> int:
     """Three days ago, on the 16 × 910B4: research fills 8 cards for 2 hours, then training
     (2.5 times research's shares) submits a 4-card, 1-hour job every 10 minutes for 20 hours, more
     than the cards run; at 2 hours research submits one 8-card job, which fair share keeps
-    behind training's backlog."""
+    behind training's backlog.
+
+    The replay holds these jobs only: the demo's own history is dated relative to today (last
+    month's jobs run into the week before on the first days of a month), and on some days it
+    filled the same cards and hid what the guard changes.
+    """
     from django.contrib.auth import get_user_model
 
     from quotas.models import Team
     from scheduling.models import Job
+
+    Job.objects.all().delete()
 
     user = get_user_model().objects.create_user("dry-starving")
     teams = {t.name: t for t in Team.objects.filter(name__in=["research", "training"])}
