@@ -2,8 +2,7 @@
 
 The poll's rule (``devices.services.polling.stopped_by_system``) applied to what an agent reports:
 these tests hand ``apply_poll`` the agent's record as the agent writes it, on the demo site without
-agents. The same rule through real agents and the whole system: tests/test_lifecycle_node_fail.py
-and tests/test_supervisor_restarts.py.
+agents. The same rule through real agents and the whole system: tests/test_supervisor_restarts.py.
 """
 
 from __future__ import annotations
