@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduling.reason_text import signal_name
+
 ROOT = Path(__file__).resolve().parent.parent
 COLOURS = ["36", "32", "35", "33", "34", "31", "96", "92", "95"]
 
@@ -246,7 +248,7 @@ def _died(child: Child, now: float) -> bool:
     """Record a death and plan the restart (one line says so); ``False`` when the child keeps dying."""
     assert child.proc is not None
     code = child.proc.returncode
-    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    how = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
     if now - child.started_at >= STABLE_AFTER_S:
         child.delay_s = RESTART_FIRST_S
     child.deaths = [t for t in child.deaths if now - t < GIVE_UP_WINDOW_S] + [now]
@@ -265,13 +267,6 @@ def _died(child: Child, now: float) -> bool:
     print(f"supervisor | {child.name} {how} at {at}; restarting it in {child.delay_s:g} s", flush=True)
     child.delay_s = min(child.delay_s * 2, RESTART_MAX_S)
     return True
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _kill_group(pgid: int | None, sig: signal.Signals) -> None:
