@@ -1,10 +1,9 @@
 """The folder broker of the embedded setup (no Redis): kombu's filesystem transport, made safe to share.
 
 kombu's own transport creates a message file, then writes it. A worker polling the folder can move
-the file away between the two and read it empty: the JSON error killed the worker, and with it
-``make run`` (the supervisor stops everything when one child dies). Here a message is written to a
-hidden file first and renamed into the queue folder, which is atomic on one filesystem, so a reader
-sees a whole message or none. A message that still cannot be read (a disk error, a file left by an
+the file away between the two and read it empty: the JSON error killed the worker. Here a message is
+written to a hidden file first and renamed into the queue folder, which is atomic on one filesystem, so
+a reader sees a whole message or none. A message that still cannot be read (a disk error, a file left by an
 older version) is dropped with a log line instead of killing the worker.
 """
 

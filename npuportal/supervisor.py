@@ -2,8 +2,19 @@
 
 Starts the web server, a Celery worker, Celery beat, one simulated agent per
 demo node and the load generator; prefixes and interleaves their output;
-Ctrl-C stops them all; a child that dies is reported and takes the rest down
-with a non-zero exit, so a broken setup is never mistaken for a running one.
+Ctrl-C (or SIGTERM) stops them all.
+
+A child that dies is started again, as systemd's ``Restart=on-failure`` does: one
+line says which child died, how (its exit code or signal) and when it restarts;
+the delay is 1 s, doubling to 30 s, and starts over at 1 s once the child has
+stayed up a minute. Whatever the dead child left in its process group (a pool
+worker, say) is sent SIGTERM at once and SIGKILL when the child restarts. Jobs
+are not lost meanwhile: an agent's jobs run in sessions of their own and its
+next start re-adopts them, and a worker's unfinished work is done again by the
+next tick and poll (docs/health.md, "What happens to jobs"). A child that keeps
+dying (5 deaths within 2 minutes) is a broken setup, not a hiccup: the supervisor
+says so, stops everything and exits non-zero, so it is never mistaken for a
+running system.
 """
 
 from __future__ import annotations
@@ -16,11 +27,22 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from scheduling.reason_text import signal_name
 
 ROOT = Path(__file__).resolve().parent.parent
 COLOURS = ["36", "32", "35", "33", "34", "31", "96", "92", "95"]
+
+#: A dead child is started again after this long, doubling at each death up to ``RESTART_MAX_S``.
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 30.0
+#: A child that stayed up this long had recovered: its next death waits ``RESTART_FIRST_S`` again.
+STABLE_AFTER_S = 60.0
+#: This many deaths of one child within ``GIVE_UP_WINDOW_S`` stop everything (exit code 1).
+GIVE_UP_DEATHS = 5
+GIVE_UP_WINDOW_S = 120.0
 
 
 @dataclass
@@ -28,6 +50,15 @@ class Child:
     name: str
     argv: list[str]
     proc: subprocess.Popen[bytes] | None = None
+    prefix: str = ""
+    #: ``time.monotonic()`` of its last start, and of its deaths within the give-up window.
+    started_at: float = 0.0
+    deaths: list[float] = field(default_factory=list)
+    #: The delay before its next restart, and when that restart is due (``None``: it runs).
+    delay_s: float = RESTART_FIRST_S
+    restart_at: float | None = None
+    #: The process group a dead child left behind, killed for good when it restarts.
+    leftovers: int | None = None
 
 
 def build_children(args: argparse.Namespace) -> list[Child]:
@@ -133,13 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     sel = selectors.DefaultSelector()
     colour = sys.stdout.isatty()
     for i, child in enumerate(children):
-        child.proc = subprocess.Popen(
-            child.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        prefix = child.name.ljust(width) + " | "
+        child.prefix = child.name.ljust(width) + " | "
         if colour:
-            prefix = f"\033[{COLOURS[i % len(COLOURS)]}m{prefix}\033[0m"
-        sel.register(child.proc.stdout, selectors.EVENT_READ, (child, prefix))  # type: ignore[arg-type]
+            child.prefix = f"\033[{COLOURS[i % len(COLOURS)]}m{child.prefix}\033[0m"
+        _start(child, env, sel)
 
     stopping = {"signal": 0}
 
@@ -152,50 +180,126 @@ def main(argv: list[str] | None = None) -> int:
     _print_logins()
     code = 0
     buffers: dict[int, bytes] = {}
-    while True:
-        if stopping["signal"]:
-            print("supervisor | stopping all processes", flush=True)
-            break
-        dead = [c for c in children if c.proc is not None and c.proc.poll() is not None]
-        if dead:
-            for c in dead:
-                print(f"supervisor | {c.name} exited with code {c.proc.returncode}; stopping the rest", flush=True)  # type: ignore[union-attr]
+    while not stopping["signal"]:
+        now = time.monotonic()
+        if not _tend(children, env, sel, now):
             code = 1
             break
-        for key, _ in sel.select(timeout=0.5):
-            child, prefix = key.data
-            chunk = os.read(key.fd, 65536)
-            if not chunk:
-                sel.unregister(key.fileobj)
-                continue
-            data = buffers.pop(key.fd, b"") + chunk
-            *lines, rest = data.split(b"\n")
-            if rest:
-                buffers[key.fd] = rest
-            for line in lines:
-                sys.stdout.write(prefix + line.decode(errors="replace") + "\n")
-            sys.stdout.flush()
-    _stop_all(children)
+        due = [c.restart_at for c in children if c.restart_at is not None]
+        _relay(sel, buffers, max(0.0, min([0.5, *(at - now for at in due)])))
+    if stopping["signal"]:
+        print("supervisor | stopping all processes", flush=True)
+    _stop_all(children, sel, buffers)
     return code
 
 
-def _stop_all(children: list[Child], grace_s: float = 15.0) -> None:
-    """SIGTERM every child's group, SIGKILL what is left after ``grace_s`` (agents stop their jobs within it)."""
+def _relay(sel: selectors.BaseSelector, buffers: dict[int, bytes], timeout: float) -> int:
+    """Copy what the children wrote, line by line with their prefix, waiting at most ``timeout`` for some.
+
+    Returns how many pipes had something (0: nothing was written meanwhile).
+    """
+    if not sel.get_map():  # every pipe closed (the children are between a death and a restart)
+        time.sleep(timeout)
+        return 0
+    ready = sel.select(timeout=timeout)
+    for key, _ in ready:
+        prefix = key.data
+        chunk = os.read(key.fd, 65536)
+        if not chunk:  # its writers are all gone: what is left of a last line, then the pipe closes
+            if rest := buffers.pop(key.fd, b""):
+                sys.stdout.write(prefix + rest.decode(errors="replace") + "\n")
+            sel.unregister(key.fileobj)
+            key.fileobj.close()  # type: ignore[union-attr]
+            continue
+        data = buffers.pop(key.fd, b"") + chunk
+        *lines, rest = data.split(b"\n")
+        if rest:
+            buffers[key.fd] = rest
+        for line in lines:
+            sys.stdout.write(prefix + line.decode(errors="replace") + "\n")
+    sys.stdout.flush()
+    return len(ready)
+
+
+def _start(child: Child, env: dict[str, str], sel: selectors.BaseSelector) -> None:
+    """Start ``child`` in a session of its own (a signal for the group reaches it and its helpers only)."""
+    child.proc = subprocess.Popen(
+        child.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    child.started_at = time.monotonic()
+    child.restart_at = None
+    sel.register(child.proc.stdout, selectors.EVENT_READ, child.prefix)  # type: ignore[arg-type]
+
+
+def _tend(children: list[Child], env: dict[str, str], sel: selectors.BaseSelector, now: float) -> bool:
+    """Notice children that died and restart those whose delay is over; ``False``: one keeps dying, give up."""
+    for child in children:
+        if child.restart_at is None and child.proc is not None and child.proc.poll() is not None:
+            if not _died(child, now):
+                return False
+        elif child.restart_at is not None and now >= child.restart_at:
+            _kill_group(child.leftovers, signal.SIGKILL)
+            child.leftovers = None
+            _start(child, env, sel)
+    return True
+
+
+def _died(child: Child, now: float) -> bool:
+    """Record a death and plan the restart (one line says so); ``False`` when the child keeps dying."""
+    assert child.proc is not None
+    code = child.proc.returncode
+    how = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    if now - child.started_at >= STABLE_AFTER_S:
+        child.delay_s = RESTART_FIRST_S
+    child.deaths = [t for t in child.deaths if now - t < GIVE_UP_WINDOW_S] + [now]
+    # What the child left in its group (gunicorn's or Celery's workers) goes now; it gets the delay to end.
+    child.leftovers = child.proc.pid
+    _kill_group(child.leftovers, signal.SIGTERM)
+    at = time.strftime("%H:%M:%S")
+    if len(child.deaths) >= GIVE_UP_DEATHS:
+        print(
+            f"supervisor | {child.name} {how} at {at}: {len(child.deaths)} deaths within "
+            f"{GIVE_UP_WINDOW_S:g} s, it keeps dying; stopping everything",
+            flush=True,
+        )
+        return False
+    child.restart_at = now + child.delay_s
+    print(f"supervisor | {child.name} {how} at {at}; restarting it in {child.delay_s:g} s", flush=True)
+    child.delay_s = min(child.delay_s * 2, RESTART_MAX_S)
+    return True
+
+
+def _kill_group(pgid: int | None, sig: signal.Signals) -> None:
+    if pgid is None:
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # nothing of it is left
+
+
+def _stop_all(
+    children: list[Child], sel: selectors.BaseSelector, buffers: dict[int, bytes], grace_s: float = 15.0
+) -> None:
+    """SIGTERM every child's group, SIGKILL what is left after ``grace_s`` (agents stop their jobs within it).
+
+    Their output is still relayed meanwhile: an agent says how many jobs it stopped.
+    """
     for c in children:
         if c.proc and c.proc.poll() is None:
-            try:
-                os.killpg(c.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace_s
+            _kill_group(c.proc.pid, signal.SIGTERM)
     for c in children:
-        if c.proc is None:
-            continue
-        try:
-            c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(c.proc.pid, signal.SIGKILL)
+        _kill_group(c.leftovers, signal.SIGKILL)  # what a child that died left behind has had its SIGTERM
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(c.proc is not None and c.proc.poll() is None for c in children):
+        _relay(sel, buffers, 0.1)
+    for c in children:
+        if c.proc is not None and c.proc.poll() is None:
+            _kill_group(c.proc.pid, signal.SIGKILL)
             c.proc.wait()
+    for _ in range(100):  # the last lines they wrote
+        if not _relay(sel, buffers, 0):
+            break
 
 
 def _print_logins() -> None:

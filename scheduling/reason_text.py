@@ -23,6 +23,7 @@ TEXT = {
     "DeviceFailed": "Its device failed; it was requeued to run elsewhere.",
     "NodeUnreachable": "Its node stopped answering; it was requeued.",
     "LostOnAgent": "Its node lost the process; it was requeued.",
+    "NodeFail": "Its node stopped it (the agent or the whole system was shut down); it was requeued in its place.",
     "LaunchFailed": "Its node refused or missed the launch; it is tried again, then requeued.",
     "Walltime": "It ran past its maximum duration and was stopped.",
     "Killed": "Its process was killed by a signal.",

@@ -184,7 +184,8 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
         pass
 
 
-def test_supervisor_reports_a_dead_child_and_exits_non_zero(tmp_path: Path) -> None:
+def test_supervisor_gives_up_on_a_child_that_keeps_dying_and_exits_non_zero(tmp_path: Path) -> None:
+    """The web port is taken: each start of the web server dies; it is restarted with a growing delay, then given up."""
     env = _env(tmp_path, free_port_block(8))
     _manage(env, "migrate", "--noinput", "-v0")
     with socket.socket() as blocker:
@@ -197,7 +198,13 @@ def test_supervisor_reports_a_dead_child_and_exits_non_zero(tmp_path: Path) -> N
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=600,
         )
     assert sup.returncode != 0
-    assert re.search(r"web exited with code \d+", sup.stdout), sup.stdout[-2000:]
+    restarts = re.findall(
+        r"^supervisor \| web exited with code \d+ at [0-9:]+; restarting it in (\d+) s$", sup.stdout, re.M
+    )
+    assert restarts == ["1", "2", "4", "8"], sup.stdout[-3000:]
+    assert re.search(
+        r"^supervisor \| web exited with code \d+ at [0-9:]+: 5 deaths within 120 s, it keeps dying", sup.stdout, re.M
+    )

@@ -318,6 +318,9 @@ class Job:
     exit_reason: str | None = None
     memory_check_since_ts: float | None = None  # its processes are gone; its cards' memory is awaited since
     accelerator_memory: str | None = None  # what the process table said when it was reported ended
+    #: ``"system"``: the agent stopped it for a reason of its own, not the job's nor the portal's (its
+    #: shutdown with ``--stop-jobs-on-exit``); the portal requeues such a run instead of failing it.
+    cause: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Job:
@@ -344,6 +347,7 @@ class Job:
             "exit_reason": self.exit_reason,
             "cgroup": self.cgroup is not None,
             "accelerator_memory": self.accelerator_memory,
+            "cause": self.cause,
         }
 
 
@@ -791,13 +795,14 @@ class JobManager:
         return job
 
     # -- stopping ---------------------------------------------------------------------------------
-    def _request_stop(self, job: Job, grace: float, reason: str) -> None:
+    def _request_stop(self, job: Job, grace: float, reason: str, cause: str | None = None) -> None:
         if job.memory_check_since_ts is not None:
             return  # nothing of it is left to stop: it ended, and only its cards' memory is awaited
         now = time.time()
         if job.stop_requested_ts is None:
             job.stop_requested_ts = now
             job.stop_reason = reason
+            job.cause = cause  # the first request says why it ends: a later one only hurries it
             job.stop_deadline_ts = now + grace
             job.state = "stopping"
             self._save(job)
@@ -858,12 +863,15 @@ class JobManager:
         """Stop every running job (SIGTERM, SIGKILL after ``grace_s``) and wait until they are gone; returns how many.
 
         Only for an agent started with ``--stop-jobs-on-exit`` (the demo): a real node's agent
-        leaves its jobs running across its own restarts.
+        leaves its jobs running across its own restarts. Each run stopped here is marked
+        ``cause: "system"``: it ended because the system stopped, not by anything of its own, so
+        the portal queues it again in its place rather than failing it. A run the portal had
+        already asked to stop (cancelled, preempted, at its walltime) keeps that reason.
         """
         with self._lock:
             running = [j for j in self._jobs.values() if j.state in RUNNING_STATES]
             for job in running:
-                self._request_stop(job, grace_s, reason)
+                self._request_stop(job, grace_s, reason, cause="system")
         self._wake.set()
         deadline = time.time() + grace_s + 5 + self.memory_release_wait_s
         while time.time() < deadline:

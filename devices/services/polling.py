@@ -286,6 +286,7 @@ def _apply_missed(
     if node.reachable:
         return
     # Usage is charged up to the last poll the node answered: after it nobody knows what ran.
+    # Its agent or the node went away, which says nothing of the job: no retry is counted.
     at = node.last_heartbeat or now
     for job_id in _running_jobs_on(node.pk):
         _requeue(
@@ -296,6 +297,7 @@ def _apply_missed(
             summary,
             actions,
             skip_node=node.pk,
+            count_retry=False,
         )
 
 
@@ -440,15 +442,20 @@ def _requeue(
     *,
     skip_node: int | None = None,
     reported_at: datetime | None = None,
+    count_retry: bool = True,
 ) -> None:
-    """Requeue a running job (retry budget applies) and stop it on every agent that can be reached."""
+    """Requeue a running job and stop it on every agent that can be reached.
+
+    The retry budget applies unless ``count_retry`` is false: a run the system stopped
+    (:func:`stopped_by_system`) says nothing about the job, so it costs the job nothing.
+    """
     from scheduling.services.jobs import requeue_job
 
     row = Job.objects.filter(pk=job_id).values_list("agent_job_id", "launched").first()
     if row is None:
         return
     addresses = [a for a in job_addresses(job_id) if a.node_id != skip_node]
-    requeue_job(job_id, reason=reason, detail=detail, at=at, reported_at=reported_at)
+    requeue_job(job_id, reason=reason, detail=detail, at=at, reported_at=reported_at, count_retry=count_retry)
     summary.requeued.append(job_id)
     stored, launched = row
     run_id = stored or (str(job_id) if launched else "")
@@ -505,11 +512,31 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
             parts = seen.get(run_id, {})
             if not all(parts.get(n, {}).get("state") == "succeeded" for n in job_nodes):
                 continue
+        first_id, first = node.pk, record
+        if reason != "Completed" and len(job_nodes) > 1:
+            first_id, first = first_failed_part(run_id, seen, node.pk, record)
+        system = stopped_by_system(first)
+        if system is not None:
+            # The system ended it, not the job: it goes back to the queue in its place (Slurm's NODE_FAIL
+            # with requeue), its retries untouched, and any other part of it is stopped.
+            ended = _when(first.get("ended_at"))
+            where = {a.node_id: a.name for a in job_addresses(pk)}.get(first_id, node.name)
+            _requeue(
+                pk,
+                "NodeFail",
+                f"node {where} stopped run {run_id} ({system}): the system ended it, not the job; "
+                "queued again in its place",
+                ended or timezone.now(),
+                summary,
+                actions,
+                reported_at=ended,
+                count_retry=False,
+            )
+            continue
         if reason != "Completed" and len(job_nodes) > 1:
             # The job is one unit: the part that failed first ends it, and the others are stopped.
             addresses = job_addresses(pk)
             names = {a.node_id: a.name for a in addresses}
-            first_id, first = first_failed_part(run_id, seen, node.pk, record)
             exit_code, reason, detail = outcome(first)
             failing = names.get(first_id, node.name)
             detail = f"on {failing}: {detail}"
@@ -551,6 +578,28 @@ def first_failed_part(run_id: str, seen: SeenJobs, node_id: int, record: dict[st
         return (at or datetime.max.replace(tzinfo=UTC)), item[0]
 
     return min(candidates.items(), key=ended)
+
+
+#: The reason an agent older than the ``cause`` field gave the runs it stopped at its own shutdown.
+_AGENT_SHUTDOWN_REASON = "agent stopped"
+
+
+def stopped_by_system(record: dict[str, Any]) -> str | None:
+    """Why the agent stopped this run for a reason of its own (its shutdown), in its words; ``None`` otherwise.
+
+    Such a run did not end by anything of the job's (its exit, a signal, its memory, its time
+    limit) nor by the portal's asking (a cancel, a preemption, the walltime backstop): the agent
+    marks it ``cause: "system"`` (``devices.agent.jobs.JobManager.stop_all``). The portal
+    requeues it rather than failing it. A record of an older agent, without ``cause``, says so
+    by its reason alone.
+    """
+    if record.get("state") != "killed":
+        return None
+    cause = record.get("cause")
+    why = record.get("reason") or ""
+    if cause == "system" or (cause is None and why == _AGENT_SHUTDOWN_REASON):
+        return why or _AGENT_SHUTDOWN_REASON
+    return None
 
 
 def outcome(record: dict[str, Any]) -> tuple[int | None, str, str]:
