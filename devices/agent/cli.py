@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import pwd
 import re
 import signal
 import socket
@@ -21,7 +22,7 @@ from types import FrameType
 from typing import IO
 
 from devices.agent import AGENT_VERSION, cgroups
-from devices.agent.accounts import AccountPolicy
+from devices.agent.accounts import ACCOUNT_NAME_RE, DEFAULT_MIN_UID, Account, AccountPolicy
 from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
 from devices.agent.device_memory import DEFAULT_RELEASE_WAIT_S
 from devices.agent.environment import (
@@ -101,8 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "--jobs-as-agent",
         action="store_true",
-        help="run every job as the agent's own account, whoever submitted it (the demo; as root it "
+        help="run every job as the agent's own account, whoever submitted it (as root it "
         "also needs --allow-root-jobs). By default a root agent runs each job as its submitter's account",
+    )
+    jobs.add_argument(
+        "--jobs-as",
+        metavar="USER",
+        help="run every job as this one POSIX account, whoever submitted it (a root agent; the demo's "
+        "npuportal-demo). By default a root agent runs each job as its submitter's account",
+    )
+    jobs.add_argument(
+        "--min-uid",
+        type=int,
+        default=DEFAULT_MIN_UID,
+        metavar="UID",
+        help="lowest uid a job may run as: accounts below it are the system's and are refused "
+        "(default %(default)s; root, uid 0, only with --allow-root-jobs)",
     )
     jobs.add_argument("--job-path", default=DEFAULT_JOB_PATH, metavar="PATH", help=f"PATH of jobs ({DEFAULT_JOB_PATH})")
     jobs.add_argument(
@@ -198,6 +213,10 @@ def _job_setup(parser: argparse.ArgumentParser, args: argparse.Namespace, node: 
     """The jobs' account rule and environment from the flags; a bad one is a usage error (status 2)."""
     if args.jobs_as_agent and os.geteuid() == 0 and not args.allow_root_jobs:
         parser.error("--jobs-as-agent under root runs every job as root: add --allow-root-jobs to mean it")
+    if args.min_uid < 0:
+        parser.error("--min-uid must be a uid, 0 or more")
+    if args.jobs_as is not None:
+        _check_jobs_as(parser, args, node)
     site: dict[str, str] = {}
     if args.job_env_file is not None:
         try:
@@ -221,8 +240,33 @@ def _job_setup(parser: argparse.ArgumentParser, args: argparse.Namespace, node: 
     wrapper = args.job_wrapper
     if wrapper is not None and not (os.path.isabs(wrapper) and os.access(wrapper, os.X_OK)):
         parser.error(f"--job-wrapper {wrapper}: not an executable file given by its absolute path")
-    accounts = AccountPolicy.for_agent(node, jobs_as_agent=args.jobs_as_agent, allow_root=args.allow_root_jobs)
+    accounts = AccountPolicy.for_agent(
+        node,
+        jobs_as_agent=args.jobs_as_agent,
+        allow_root=args.allow_root_jobs,
+        jobs_as=args.jobs_as,
+        min_uid=args.min_uid,
+    )
     return JobSetup(accounts, args.job_path, site, wrapper)
+
+
+def _check_jobs_as(parser: argparse.ArgumentParser, args: argparse.Namespace, node: str) -> None:
+    """``--jobs-as USER``: an account of this node that jobs may run as, which this agent can switch to."""
+    if args.jobs_as_agent:
+        parser.error("give --jobs-as USER or --jobs-as-agent, not both")
+    name = args.jobs_as
+    if not ACCOUNT_NAME_RE.fullmatch(name):
+        parser.error(f"--jobs-as {name!r} is not a POSIX account name")
+    try:
+        account = Account.of(pwd.getpwnam(name))
+    except KeyError:
+        parser.error(f"--jobs-as {name}: no such POSIX account on this node (create it: useradd {name})")
+    if os.geteuid() != 0 and account.uid != os.geteuid():
+        parser.error(f"--jobs-as {name}: only an agent running as root can run jobs as another account")
+    policy = AccountPolicy(node, switch=True, allow_root=args.allow_root_jobs, min_uid=args.min_uid)
+    refusal = policy.refusal(account)
+    if refusal is not None:
+        parser.error(f"--jobs-as: {refusal}")
 
 
 def _lock_state_dir(state_dir: Path) -> IO[str] | None:

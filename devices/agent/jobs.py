@@ -31,14 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from devices.agent import cgroups, device_memory, procfs
-from devices.agent.accounts import (
-    ACCOUNT_NAME_RE,
-    JOB_UMASK,
-    NO_HOME_CWD,
-    Account,
-    check_output_path,
-    working_directory,
-)
+from devices.agent.accounts import ACCOUNT_NAME_RE, JOB_UMASK, NO_HOME_CWD, Account, check_paths
 from devices.agent.backends import Backend, DeviceUse, ProcessTable
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
@@ -211,9 +204,7 @@ def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
         if not 0 < limit <= MAX_DURATION_LIMIT_S:
             raise ApiError(400, f"max_duration_s must be > 0 and <= {MAX_DURATION_LIMIT_S:g}", "max_duration_s")
         limit = float(limit)
-    cwd = payload.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd)):
-        raise ApiError(400, "cwd must be an absolute path to an existing directory", "cwd")
+    cwd = _absolute_path(payload, "cwd")  # whether it exists is checked as the job's account (check_paths)
     user = _optional_text(payload, "user", 64)
     if user is not None and not ACCOUNT_NAME_RE.fullmatch(user):
         raise ApiError(400, f"user {user!r} is not a POSIX account name", "user")
@@ -482,8 +473,9 @@ class JobManager:
         self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs may hold secrets
         self.setup = setup or JobSetup.default()
         if self.setup.accounts.switch:
-            # Each log is its owner's alone (0600, chowned); the directories above it only let
-            # an account reach a file it knows the name of, never list another's.
+            # Each log is its owner's alone (0600, chowned to a submitter's account; root's under
+            # --jobs-as, whose jobs all share one account); the directories above it only let an
+            # account reach a file it knows the name of (its log, its rank table), never list them.
             for directory in (state_dir, self.jobs_dir):
                 directory.chmod(0o711)
         self.backend = backend
@@ -616,9 +608,7 @@ class JobManager:
         account = self.setup.accounts.account_for(request.user)
         # Without a home: the state dir for an agent running jobs as itself, never for another account.
         fallback = NO_HOME_CWD if self.setup.accounts.switch else str(self.state_dir)
-        cwd = working_directory(account, request.cwd, fallback)
-        if request.output is not None:
-            check_output_path(account, request.output)
+        cwd = check_paths(account, request.cwd, request.output, fallback, self.setup.accounts.node)
         return account, cwd
 
     def describe(self, job_id: str, *, with_output: bool = True) -> dict[str, Any]:
@@ -765,7 +755,7 @@ class JobManager:
         try:
             log_fd = os.open(self.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: its account's only
-                if switch:
+                if switch and self.setup.accounts.per_submitter:  # one account for all (--jobs-as): root's
                     os.fchown(log_fd, account.uid, account.gid)
                 child = subprocess.Popen(
                     argv,
