@@ -34,6 +34,7 @@ from devices.agent.environment import (
 )
 from devices.agent.http_api import AgentContext, AgentServer
 from devices.agent.jobs import DEFAULT_MAX_LOG_BYTES, JobManager
+from devices.agent.output_budget import DEFAULT_TEAM_SHARE, OutputLedger, size_words
 from devices.agent.rendezvous import DEFAULT_PORTS, parse_port_range, valid_host
 from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
 
@@ -86,6 +87,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_LOG_BYTES,
         help="cap of one job attempt's output file; beyond it output is dropped, with a line saying so (64 MiB)",
+    )
+    parser.add_argument(
+        "--output-budget",
+        default="4G",
+        metavar="SIZE",
+        help="all job output this node keeps, bytes or e.g. 4G (powers of 1024); over it the output of the jobs "
+        "that ended first is removed, saying so on them (default %(default)s)",
+    )
+    parser.add_argument(
+        "--output-team-share",
+        type=float,
+        default=DEFAULT_TEAM_SHARE,
+        metavar="F",
+        help="part of --output-budget one team's running jobs may hold; past it their output stops, with a "
+        "line saying why, and the jobs keep running (default %(default)s)",
     )
     parser.add_argument(
         "--stop-jobs-on-exit",
@@ -300,6 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_log_bytes < 1024:
         parser.error("--max-log-bytes must be at least 1024")
     try:
+        output_budget = cgroups.parse_bytes(args.output_budget)
+    except ValueError as exc:
+        parser.error(f"--output-budget: {exc}")
+    if output_budget < 1024:
+        parser.error("--output-budget must be at least 1024 bytes")
+    if not 0 < args.output_team_share <= 1:
+        parser.error("--output-team-share must be a fraction of the budget, more than 0 and at most 1")
+    try:
         ports = parse_port_range(args.rendezvous_ports)
     except ValueError as exc:
         parser.error(str(exc))
@@ -347,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         job_memory_max=memory_max,
         job_cpu_max=args.job_cpu_max,
         memory_release_wait_s=args.memory_release_wait,
+        output=OutputLedger(output_budget, args.output_team_share),
     )
     jobs.rendezvous.configure(node=node, advertise=advertise, ports=ports)
     tracking = "own cgroup" if cgroup_root else "process tracking (environment mark and session)"
@@ -376,6 +401,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     print(f"npuportal-agent: {setup.accounts.describe()}", file=sys.stderr, flush=True)
+    print(
+        f"npuportal-agent: job output kept within {size_words(output_budget)}, "
+        f"one team's running jobs at most {args.output_team_share:.0%} of it",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -35,6 +35,8 @@ from devices.agent.accounts import ACCOUNT_NAME_RE, JOB_UMASK, NO_HOME_CWD, Acco
 from devices.agent.backends import Backend, DeviceUse, ProcessTable
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
+from devices.agent.output_budget import CHECK_INTERVAL_S as OUTPUT_CHECK_INTERVAL_S
+from devices.agent.output_budget import OutputLedger, RunningOutput
 from devices.agent.rendezvous import RendezvousService, parse_rendezvous
 
 RUNNING_STATES = frozenset({"running", "stopping"})
@@ -309,6 +311,10 @@ class Job:
     exit_reason: str | None = None
     memory_check_since_ts: float | None = None  # its processes are gone; its cards' memory is awaited since
     accelerator_memory: str | None = None  # what the process table said when it was reported ended
+    output_bytes: int | None = None  # size of its log when it ended
+    output_stopped: str | None = None  # why its output stopped being kept while it ran (the output budget)
+    output_removed: str | None = None  # when and why its log was removed (the output budget)
+    output_removed_ts: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Job:
@@ -335,6 +341,8 @@ class Job:
             "exit_reason": self.exit_reason,
             "cgroup": self.cgroup is not None,
             "accelerator_memory": self.accelerator_memory,
+            "output_stopped": self.output_stopped,
+            "output_removed": self.output_removed,
         }
 
 
@@ -467,6 +475,7 @@ class JobManager:
         job_memory_max: int | None = None,
         job_cpu_max: float | None = None,
         memory_release_wait_s: float = device_memory.DEFAULT_RELEASE_WAIT_S,
+        output: OutputLedger | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
@@ -501,6 +510,8 @@ class JobManager:
         if cgroup_root is None and (job_memory_max is not None or job_cpu_max is not None):
             self.warnings.append("no job cgroups on this node: --job-memory-max and --job-cpu-max have no effect")
         self.rendezvous = RendezvousService(state_dir, backend, self._running_ids)
+        self.output = output or OutputLedger()  # the node's output budget (output_budget.py)
+        self._next_output_check = 0.0
 
     def _running_ids(self) -> set[str]:
         with self._lock:
@@ -515,6 +526,10 @@ class JobManager:
 
     def exit_path(self, job_id: str) -> Path:
         return self.jobs_dir / f"{job_id}.exit"
+
+    def stop_output_path(self, job_id: str) -> Path:
+        """Written (with the reason) when the job's output must stop; its wrapper looks for it."""
+        return self.jobs_dir / f"{job_id}.stop-output"
 
     def env_path(self, job_id: str) -> Path:
         """The job's environment, handed to its wrapper, which reads and removes it at once."""
@@ -550,6 +565,7 @@ class JobManager:
             self._jobs[job.job_id] = job
             if job.state in RUNNING_STATES:
                 self._adopt(job)
+        self._count_ended_output()
 
     def _adopt(self, job: Job) -> None:
         """Decide, for a job left running by an earlier agent, whether it still runs, ended, or is lost."""
@@ -640,6 +656,12 @@ class JobManager:
         answer["state"] = job.state
         # Read after the state: a job that had ended before its log was read has nothing more to write.
         answer["complete"] = ended and answer["next_offset"] >= answer["size"]
+        if job.output_removed is not None:  # not a bare "nothing": when and why it went
+            size = job.output_bytes or 0
+            at = size if tail is not None else min(offset or 0, size)
+            answer.update(offset=at, next_offset=at, size=size, complete=True, data="")
+            answer["removed_at"] = utc_iso(job.output_removed_ts)
+            answer["note"] = job.output_removed
         return answer
 
     def list_jobs(self) -> list[dict[str, Any]]:
@@ -702,6 +724,7 @@ class JobManager:
         job_id = request.job_id
         exit_file = self.exit_path(job_id)
         exit_file.unlink(missing_ok=True)  # from a pruned job of the same id; must not be read as ours
+        self.stop_output_path(job_id).unlink(missing_ok=True)
         now = time.time()
         job = Job(
             job_id=job_id,
@@ -736,6 +759,7 @@ class JobManager:
         )
         argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file)]
         argv += ["--max-output-bytes", str(self.max_log_bytes), "--umask", f"{JOB_UMASK:03o}"]
+        argv += ["--stop-output-file", str(self.stop_output_path(job_id))]
         switch = account.uid != os.geteuid()
         if switch:  # the wrapper stays root (its exit file is out of the job's reach); the command does not
             argv += ["--uid", str(account.uid), "--gid", str(account.gid)]
@@ -907,6 +931,9 @@ class JobManager:
                     job.sigkill_sent = True
                     self._save(job)
                     self._signal(job, signal.SIGKILL)
+            if now >= self._next_output_check:
+                self._next_output_check = now + OUTPUT_CHECK_INTERVAL_S
+                self._keep_output_budget(now)
             if self.keep_finished_s is not None and now - self._last_prune > 3600:
                 self._last_prune = now
                 self._prune(now)
@@ -1036,6 +1063,7 @@ class JobManager:
             self._finalize_state(job, code)
         finally:
             job.exit_reason = exit_reason(job)
+            self._output_ended(job)
             self._save(job)
 
     def _finalize_state(self, job: Job, code: int | None) -> None:
@@ -1060,6 +1088,72 @@ class JobManager:
         for job in list(self._jobs.values()):
             if job.state in FINAL_STATES and job.ended_ts is not None and now - job.ended_ts > self.keep_finished_s:
                 del self._jobs[job.job_id]
+                self.output.forget(job.job_id)
                 paths = (self.record_path(job.job_id), self.log_path(job.job_id), self.exit_path(job.job_id))
-                for path in (*paths, self.env_path(job.job_id)):
+                for path in (*paths, self.env_path(job.job_id), self.stop_output_path(job.job_id)):
                     path.unlink(missing_ok=True)
+
+    # -- the node's output budget (output_budget.py) ------------------------------------------------
+    def _output_ended(self, job: Job) -> None:
+        """Count the ended job's output once, by the size of its log now (it writes no more)."""
+        self.stop_output_path(job.job_id).unlink(missing_ok=True)
+        if job.output_removed is not None:
+            return
+        try:
+            job.output_bytes = self.log_path(job.job_id).stat().st_size
+        except OSError:
+            job.output_bytes = 0
+        self.output.ended(job.job_id, job.output_bytes)
+
+    def _count_ended_output(self) -> None:
+        """At start: the ledger of ended jobs' output, the one that ended first first."""
+        ended = [j for j in self._jobs.values() if j.state in FINAL_STATES and j.output_removed is None]
+        ended.sort(key=lambda j: (j.ended_ts or 0.0, j.job_id))
+        for job in ended:
+            if job.output_bytes is None:  # a record of an older agent: its log's size, once
+                try:
+                    job.output_bytes = self.log_path(job.job_id).stat().st_size
+                except OSError:
+                    job.output_bytes = 0
+        self.output.reset((j.job_id, j.output_bytes or 0) for j in ended)
+
+    def _keep_output_budget(self, now: float) -> None:
+        """Once a second: stop the output of running jobs over their team's share (or the node's budget),
+        and remove the output of the jobs that ended first until the node is within its budget.
+
+        Costs one ``stat`` per running job; ended jobs are counted from :class:`OutputLedger`.
+        """
+        running: list[RunningOutput] = []
+        logs = str(self.jobs_dir)
+        for job in self._jobs.values():
+            if job.state in RUNNING_STATES:
+                try:
+                    size = os.stat(f"{logs}/{job.job_id}.log").st_size  # log_path(), without a Path per job
+                except OSError:
+                    size = 0
+                running.append(RunningOutput(job.job_id, job.team, size, job.output_stopped is not None))
+        plan = self.output.plan(running)
+        for job_id in plan.remove:
+            self._remove_output(self._jobs[job_id], now)
+        for job_id, why in plan.stop.items():
+            self._stop_output(self._jobs[job_id], why)
+
+    def _remove_output(self, job: Job, now: float) -> None:
+        self.log_path(job.job_id).unlink(missing_ok=True)
+        self.output.forget(job.job_id)
+        job.output_removed_ts = now
+        job.output_removed = self.output.removed_words(utc_iso(now) or "")
+        self._save(job)
+        print(
+            f"npuportal-agent: job {job.job_id}: removed its output ({job.output_bytes or 0} bytes) "
+            "to keep the node's output budget",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _stop_output(self, job: Job, why: str) -> None:
+        """Tell the job's wrapper to keep no more of its output (it writes ``why`` as the last line)."""
+        procfs.write_json_atomic(self.stop_output_path(job.job_id), {"reason": why})
+        job.output_stopped = why
+        self._save(job)
+        print(f"npuportal-agent: job {job.job_id}: output stopped: {why}", file=sys.stderr, flush=True)
