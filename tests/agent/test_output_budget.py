@@ -7,7 +7,6 @@ write at a given moment wait for a file (a handshake), never for a time.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,6 @@ def test_the_output_of_the_jobs_that_ended_first_is_removed_first_and_they_say_s
     agent.wait_state("b", "succeeded", timeout=60)
     go.touch()
     agent.wait_state("a", "succeeded", timeout=60)
-    time.sleep(1.5)  # a check or more with 60 KiB held: within the budget, nothing goes
-    assert [agent.job(j)["output_removed"] for j in ("a", "b")] == [None, None]
 
     agent.launch("c", write(30 * KIB, "c"), [2], team="vision")  # 90 KiB: one ended job's output must go
     agent.wait_state("c", "succeeded", timeout=60)
