@@ -31,7 +31,8 @@ class BadSetting(ImproperlyConfigured, ValueError):
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("NPUPORTAL_VAR_DIR", BASE_DIR / "var")).resolve()
 try:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # The database, the secret key, the demo agents' tokens and every job's output live here: its owner's only.
+    VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 except OSError as _exc:
     raise BadSetting(f"NPUPORTAL_VAR_DIR={str(VAR_DIR)!r}: cannot create it ({_exc.strerror or _exc})") from None
 

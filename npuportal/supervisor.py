@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scheduling.reason_text import signal_name
+from npuportal.demo_accounts import demo_job_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 COLOURS = ["36", "32", "35", "33", "34", "31", "96", "92", "95"]
@@ -138,10 +139,9 @@ def build_children(args: argparse.Namespace) -> list[Child]:
                         ports,
                         "--kill-grace",
                         "3",
-                        # The demo's users have no POSIX accounts: jobs run as whoever runs `make run`
-                        # (with a clean environment all the same, docs/agent.md#environment).
-                        "--jobs-as-agent",
-                        "--allow-root-jobs",
+                        # The demo's users have no POSIX accounts: jobs run as one unprivileged account
+                        # (never root; npuportal/demo_accounts.py, docs/agent.md#accounts).
+                        *demo_job_flags(var),
                     ],
                 )
             )

@@ -31,8 +31,9 @@ NODE_A, NODE_B = "ascend-b4-01", "ascend-b4-02"
 class Agent:
     """One simulated 8x 910B4 agent process, restartable on the same state dir."""
 
-    def __init__(self, base: Path, name: str, devices: int = 8) -> None:
+    def __init__(self, base: Path, name: str, devices: int = 8, extra: tuple[str, ...] = ()) -> None:
         self.name = name
+        self.extra = extra  # more agent flags
         self.devices = devices
         self.port = free_port()
         self.dir = base / name
@@ -75,6 +76,7 @@ class Agent:
                     # The portal's test users have no POSIX accounts here: jobs run as the test's own.
                     "--jobs-as-agent",
                     "--allow-root-jobs",
+                    *self.extra,
                 ],
                 cwd=ROOT,
                 stdout=log,

@@ -29,7 +29,7 @@ def parse_bytes(text: str) -> int:
         raise ValueError(f"{text!r} is not a size such as 64G, 512M or a number of bytes")
     value = int(match.group(1)) * 1024 ** "_KMGT".index(match.group(2).upper() or "_")
     if value <= 0:
-        raise ValueError("a memory limit must be positive")
+        raise ValueError("a size must be positive")
     return value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import pwd
 import re
 import signal
 import socket
@@ -21,7 +22,7 @@ from types import FrameType
 from typing import IO
 
 from devices.agent import AGENT_VERSION, cgroups
-from devices.agent.accounts import AccountPolicy
+from devices.agent.accounts import ACCOUNT_NAME_RE, DEFAULT_MIN_UID, Account, AccountPolicy
 from devices.agent.backends import Backend, NpuSmiBackend, NvidiaSmiBackend
 from devices.agent.device_memory import DEFAULT_RELEASE_WAIT_S
 from devices.agent.environment import (
@@ -33,6 +34,7 @@ from devices.agent.environment import (
 )
 from devices.agent.http_api import AgentContext, AgentServer
 from devices.agent.jobs import DEFAULT_MAX_LOG_BYTES, JobManager
+from devices.agent.output_budget import DEFAULT_TEAM_SHARE, OutputLedger, size_words
 from devices.agent.rendezvous import DEFAULT_PORTS, parse_port_range, valid_host
 from devices.agent.sim import SIM_CHIPS, SimBackend, parse_topology
 
@@ -87,6 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap of one job attempt's output file; beyond it output is dropped, with a line saying so (64 MiB)",
     )
     parser.add_argument(
+        "--output-budget",
+        default="4G",
+        metavar="SIZE",
+        help="all job output this node keeps, bytes or e.g. 4G (powers of 1024); over it the output of the jobs "
+        "that ended first is removed, saying so on them (default %(default)s)",
+    )
+    parser.add_argument(
+        "--output-team-share",
+        type=float,
+        default=DEFAULT_TEAM_SHARE,
+        metavar="F",
+        help="part of --output-budget one team's running jobs may hold; past it their output stops, with a "
+        "line saying why, and the jobs keep running (default %(default)s)",
+    )
+    parser.add_argument(
         "--stop-jobs-on-exit",
         action="store_true",
         help="stop every job when the agent stops (the demo: nothing outlives `make run`); "
@@ -101,8 +118,22 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "--jobs-as-agent",
         action="store_true",
-        help="run every job as the agent's own account, whoever submitted it (the demo; as root it "
+        help="run every job as the agent's own account, whoever submitted it (as root it "
         "also needs --allow-root-jobs). By default a root agent runs each job as its submitter's account",
+    )
+    jobs.add_argument(
+        "--jobs-as",
+        metavar="USER",
+        help="run every job as this one POSIX account, whoever submitted it (a root agent; the demo's "
+        "npuportal-demo). By default a root agent runs each job as its submitter's account",
+    )
+    jobs.add_argument(
+        "--min-uid",
+        type=int,
+        default=DEFAULT_MIN_UID,
+        metavar="UID",
+        help="lowest uid a job may run as: accounts below it are the system's and are refused "
+        "(default %(default)s; root, uid 0, only with --allow-root-jobs)",
     )
     jobs.add_argument("--job-path", default=DEFAULT_JOB_PATH, metavar="PATH", help=f"PATH of jobs ({DEFAULT_JOB_PATH})")
     jobs.add_argument(
@@ -198,6 +229,10 @@ def _job_setup(parser: argparse.ArgumentParser, args: argparse.Namespace, node: 
     """The jobs' account rule and environment from the flags; a bad one is a usage error (status 2)."""
     if args.jobs_as_agent and os.geteuid() == 0 and not args.allow_root_jobs:
         parser.error("--jobs-as-agent under root runs every job as root: add --allow-root-jobs to mean it")
+    if args.min_uid < 0:
+        parser.error("--min-uid must be a uid, 0 or more")
+    if args.jobs_as is not None:
+        _check_jobs_as(parser, args, node)
     site: dict[str, str] = {}
     if args.job_env_file is not None:
         try:
@@ -221,8 +256,33 @@ def _job_setup(parser: argparse.ArgumentParser, args: argparse.Namespace, node: 
     wrapper = args.job_wrapper
     if wrapper is not None and not (os.path.isabs(wrapper) and os.access(wrapper, os.X_OK)):
         parser.error(f"--job-wrapper {wrapper}: not an executable file given by its absolute path")
-    accounts = AccountPolicy.for_agent(node, jobs_as_agent=args.jobs_as_agent, allow_root=args.allow_root_jobs)
+    accounts = AccountPolicy.for_agent(
+        node,
+        jobs_as_agent=args.jobs_as_agent,
+        allow_root=args.allow_root_jobs,
+        jobs_as=args.jobs_as,
+        min_uid=args.min_uid,
+    )
     return JobSetup(accounts, args.job_path, site, wrapper)
+
+
+def _check_jobs_as(parser: argparse.ArgumentParser, args: argparse.Namespace, node: str) -> None:
+    """``--jobs-as USER``: an account of this node that jobs may run as, which this agent can switch to."""
+    if args.jobs_as_agent:
+        parser.error("give --jobs-as USER or --jobs-as-agent, not both")
+    name = args.jobs_as
+    if not ACCOUNT_NAME_RE.fullmatch(name):
+        parser.error(f"--jobs-as {name!r} is not a POSIX account name")
+    try:
+        account = Account.of(pwd.getpwnam(name))
+    except KeyError:
+        parser.error(f"--jobs-as {name}: no such POSIX account on this node (create it: useradd {name})")
+    if os.geteuid() != 0 and account.uid != os.geteuid():
+        parser.error(f"--jobs-as {name}: only an agent running as root can run jobs as another account")
+    policy = AccountPolicy(node, switch=True, allow_root=args.allow_root_jobs, min_uid=args.min_uid)
+    refusal = policy.refusal(account)
+    if refusal is not None:
+        parser.error(f"--jobs-as: {refusal}")
 
 
 def _lock_state_dir(state_dir: Path) -> IO[str] | None:
@@ -255,6 +315,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--memory-release-wait must be between 0 and {MAX_MEMORY_RELEASE_WAIT_S:g} seconds")
     if args.max_log_bytes < 1024:
         parser.error("--max-log-bytes must be at least 1024")
+    try:
+        output_budget = cgroups.parse_bytes(args.output_budget)
+    except ValueError as exc:
+        parser.error(f"--output-budget: {exc}")
+    if output_budget < 1024:
+        parser.error("--output-budget must be at least 1024 bytes")
+    if not 0 < args.output_team_share <= 1:
+        parser.error("--output-team-share must be a fraction of the budget, more than 0 and at most 1")
     try:
         ports = parse_port_range(args.rendezvous_ports)
     except ValueError as exc:
@@ -303,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         job_memory_max=memory_max,
         job_cpu_max=args.job_cpu_max,
         memory_release_wait_s=args.memory_release_wait,
+        output=OutputLedger(output_budget, args.output_team_share),
     )
     jobs.rendezvous.configure(node=node, advertise=advertise, ports=ports)
     tracking = "own cgroup" if cgroup_root else "process tracking (environment mark and session)"
@@ -332,6 +401,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     print(f"npuportal-agent: {setup.accounts.describe()}", file=sys.stderr, flush=True)
+    print(
+        f"npuportal-agent: job output kept within {size_words(output_budget)}, "
+        f"one team's running jobs at most {args.output_team_share:.0%} of it",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

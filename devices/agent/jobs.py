@@ -31,17 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from devices.agent import cgroups, device_memory, procfs
-from devices.agent.accounts import (
-    ACCOUNT_NAME_RE,
-    JOB_UMASK,
-    NO_HOME_CWD,
-    Account,
-    check_output_path,
-    working_directory,
-)
+from devices.agent.accounts import ACCOUNT_NAME_RE, JOB_UMASK, NO_HOME_CWD, Account, check_paths
 from devices.agent.backends import Backend, DeviceUse, ProcessTable
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
 from devices.agent.errors import ApiError
+from devices.agent.output_budget import CHECK_INTERVAL_S as OUTPUT_CHECK_INTERVAL_S
+from devices.agent.output_budget import OutputLedger, RunningOutput
 from devices.agent.rendezvous import RendezvousService, parse_rendezvous
 
 RUNNING_STATES = frozenset({"running", "stopping"})
@@ -211,9 +206,7 @@ def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
         if not 0 < limit <= MAX_DURATION_LIMIT_S:
             raise ApiError(400, f"max_duration_s must be > 0 and <= {MAX_DURATION_LIMIT_S:g}", "max_duration_s")
         limit = float(limit)
-    cwd = payload.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd)):
-        raise ApiError(400, "cwd must be an absolute path to an existing directory", "cwd")
+    cwd = _absolute_path(payload, "cwd")  # whether it exists is checked as the job's account (check_paths)
     user = _optional_text(payload, "user", 64)
     if user is not None and not ACCOUNT_NAME_RE.fullmatch(user):
         raise ApiError(400, f"user {user!r} is not a POSIX account name", "user")
@@ -321,6 +314,10 @@ class Job:
     #: ``"system"``: the agent stopped it for a reason of its own, not the job's nor the portal's (its
     #: shutdown with ``--stop-jobs-on-exit``); the portal requeues such a run instead of failing it.
     cause: str | None = None
+    output_bytes: int | None = None  # size of its log when it ended
+    output_stopped: str | None = None  # why its output stopped being kept while it ran (the output budget)
+    output_removed: str | None = None  # when and why its log was removed (the output budget)
+    output_removed_ts: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Job:
@@ -348,6 +345,8 @@ class Job:
             "cgroup": self.cgroup is not None,
             "accelerator_memory": self.accelerator_memory,
             "cause": self.cause,
+            "output_stopped": self.output_stopped,
+            "output_removed": self.output_removed,
         }
 
 
@@ -480,14 +479,16 @@ class JobManager:
         job_memory_max: int | None = None,
         job_cpu_max: float | None = None,
         memory_release_wait_s: float = device_memory.DEFAULT_RELEASE_WAIT_S,
+        output: OutputLedger | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs may hold secrets
         self.setup = setup or JobSetup.default()
         if self.setup.accounts.switch:
-            # Each log is its owner's alone (0600, chowned); the directories above it only let
-            # an account reach a file it knows the name of, never list another's.
+            # Each log is its owner's alone (0600, chowned to a submitter's account; root's under
+            # --jobs-as, whose jobs all share one account); the directories above it only let an
+            # account reach a file it knows the name of (its log, its rank table), never list them.
             for directory in (state_dir, self.jobs_dir):
                 directory.chmod(0o711)
         self.backend = backend
@@ -513,6 +514,8 @@ class JobManager:
         if cgroup_root is None and (job_memory_max is not None or job_cpu_max is not None):
             self.warnings.append("no job cgroups on this node: --job-memory-max and --job-cpu-max have no effect")
         self.rendezvous = RendezvousService(state_dir, backend, self._running_ids)
+        self.output = output or OutputLedger()  # the node's output budget (output_budget.py)
+        self._next_output_check = 0.0
 
     def _running_ids(self) -> set[str]:
         with self._lock:
@@ -527,6 +530,10 @@ class JobManager:
 
     def exit_path(self, job_id: str) -> Path:
         return self.jobs_dir / f"{job_id}.exit"
+
+    def stop_output_path(self, job_id: str) -> Path:
+        """Written (with the reason) when the job's output must stop; its wrapper looks for it."""
+        return self.jobs_dir / f"{job_id}.stop-output"
 
     def env_path(self, job_id: str) -> Path:
         """The job's environment, handed to its wrapper, which reads and removes it at once."""
@@ -562,6 +569,7 @@ class JobManager:
             self._jobs[job.job_id] = job
             if job.state in RUNNING_STATES:
                 self._adopt(job)
+        self._count_ended_output()
 
     def _adopt(self, job: Job) -> None:
         """Decide, for a job left running by an earlier agent, whether it still runs, ended, or is lost."""
@@ -620,9 +628,7 @@ class JobManager:
         account = self.setup.accounts.account_for(request.user)
         # Without a home: the state dir for an agent running jobs as itself, never for another account.
         fallback = NO_HOME_CWD if self.setup.accounts.switch else str(self.state_dir)
-        cwd = working_directory(account, request.cwd, fallback)
-        if request.output is not None:
-            check_output_path(account, request.output)
+        cwd = check_paths(account, request.cwd, request.output, fallback, self.setup.accounts.node)
         return account, cwd
 
     def describe(self, job_id: str, *, with_output: bool = True) -> dict[str, Any]:
@@ -654,6 +660,12 @@ class JobManager:
         answer["state"] = job.state
         # Read after the state: a job that had ended before its log was read has nothing more to write.
         answer["complete"] = ended and answer["next_offset"] >= answer["size"]
+        if job.output_removed is not None:  # not a bare "nothing": when and why it went
+            size = job.output_bytes or 0
+            at = size if tail is not None else min(offset or 0, size)
+            answer.update(offset=at, next_offset=at, size=size, complete=True, data="")
+            answer["removed_at"] = utc_iso(job.output_removed_ts)
+            answer["note"] = job.output_removed
         return answer
 
     def list_jobs(self) -> list[dict[str, Any]]:
@@ -716,6 +728,7 @@ class JobManager:
         job_id = request.job_id
         exit_file = self.exit_path(job_id)
         exit_file.unlink(missing_ok=True)  # from a pruned job of the same id; must not be read as ours
+        self.stop_output_path(job_id).unlink(missing_ok=True)
         now = time.time()
         job = Job(
             job_id=job_id,
@@ -750,6 +763,7 @@ class JobManager:
         )
         argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file)]
         argv += ["--max-output-bytes", str(self.max_log_bytes), "--umask", f"{JOB_UMASK:03o}"]
+        argv += ["--stop-output-file", str(self.stop_output_path(job_id))]
         switch = account.uid != os.geteuid()
         if switch:  # the wrapper stays root (its exit file is out of the job's reach); the command does not
             argv += ["--uid", str(account.uid), "--gid", str(account.gid)]
@@ -769,7 +783,7 @@ class JobManager:
         try:
             log_fd = os.open(self.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(log_fd, "ab") as log:  # job output may hold secrets: its account's only
-                if switch:
+                if switch and self.setup.accounts.per_submitter:  # one account for all (--jobs-as): root's
                     os.fchown(log_fd, account.uid, account.gid)
                 child = subprocess.Popen(
                     argv,
@@ -925,6 +939,9 @@ class JobManager:
                     job.sigkill_sent = True
                     self._save(job)
                     self._signal(job, signal.SIGKILL)
+            if now >= self._next_output_check:
+                self._next_output_check = now + OUTPUT_CHECK_INTERVAL_S
+                self._keep_output_budget(now)
             if self.keep_finished_s is not None and now - self._last_prune > 3600:
                 self._last_prune = now
                 self._prune(now)
@@ -1054,6 +1071,7 @@ class JobManager:
             self._finalize_state(job, code)
         finally:
             job.exit_reason = exit_reason(job)
+            self._output_ended(job)
             self._save(job)
 
     def _finalize_state(self, job: Job, code: int | None) -> None:
@@ -1078,6 +1096,72 @@ class JobManager:
         for job in list(self._jobs.values()):
             if job.state in FINAL_STATES and job.ended_ts is not None and now - job.ended_ts > self.keep_finished_s:
                 del self._jobs[job.job_id]
+                self.output.forget(job.job_id)
                 paths = (self.record_path(job.job_id), self.log_path(job.job_id), self.exit_path(job.job_id))
-                for path in (*paths, self.env_path(job.job_id)):
+                for path in (*paths, self.env_path(job.job_id), self.stop_output_path(job.job_id)):
                     path.unlink(missing_ok=True)
+
+    # -- the node's output budget (output_budget.py) ------------------------------------------------
+    def _output_ended(self, job: Job) -> None:
+        """Count the ended job's output once, by the size of its log now (it writes no more)."""
+        self.stop_output_path(job.job_id).unlink(missing_ok=True)
+        if job.output_removed is not None:
+            return
+        try:
+            job.output_bytes = self.log_path(job.job_id).stat().st_size
+        except OSError:
+            job.output_bytes = 0
+        self.output.ended(job.job_id, job.output_bytes)
+
+    def _count_ended_output(self) -> None:
+        """At start: the ledger of ended jobs' output, the one that ended first first."""
+        ended = [j for j in self._jobs.values() if j.state in FINAL_STATES and j.output_removed is None]
+        ended.sort(key=lambda j: (j.ended_ts or 0.0, j.job_id))
+        for job in ended:
+            if job.output_bytes is None:  # a record of an older agent: its log's size, once
+                try:
+                    job.output_bytes = self.log_path(job.job_id).stat().st_size
+                except OSError:
+                    job.output_bytes = 0
+        self.output.reset((j.job_id, j.output_bytes or 0) for j in ended)
+
+    def _keep_output_budget(self, now: float) -> None:
+        """Once a second: stop the output of running jobs over their team's share (or the node's budget),
+        and remove the output of the jobs that ended first until the node is within its budget.
+
+        Costs one ``stat`` per running job; ended jobs are counted from :class:`OutputLedger`.
+        """
+        running: list[RunningOutput] = []
+        logs = str(self.jobs_dir)
+        for job in self._jobs.values():
+            if job.state in RUNNING_STATES:
+                try:
+                    size = os.stat(f"{logs}/{job.job_id}.log").st_size  # log_path(), without a Path per job
+                except OSError:
+                    size = 0
+                running.append(RunningOutput(job.job_id, job.team, size, job.output_stopped is not None))
+        plan = self.output.plan(running)
+        for job_id in plan.remove:
+            self._remove_output(self._jobs[job_id], now)
+        for job_id, why in plan.stop.items():
+            self._stop_output(self._jobs[job_id], why)
+
+    def _remove_output(self, job: Job, now: float) -> None:
+        self.log_path(job.job_id).unlink(missing_ok=True)
+        self.output.forget(job.job_id)
+        job.output_removed_ts = now
+        job.output_removed = self.output.removed_words(utc_iso(now) or "")
+        self._save(job)
+        print(
+            f"npuportal-agent: job {job.job_id}: removed its output ({job.output_bytes or 0} bytes) "
+            "to keep the node's output budget",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _stop_output(self, job: Job, why: str) -> None:
+        """Tell the job's wrapper to keep no more of its output (it writes ``why`` as the last line)."""
+        procfs.write_json_atomic(self.stop_output_path(job.job_id), {"reason": why})
+        job.output_stopped = why
+        self._save(job)
+        print(f"npuportal-agent: job {job.job_id}: output stopped: {why}", file=sys.stderr, flush=True)

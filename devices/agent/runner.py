@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import IO
@@ -40,6 +41,9 @@ SHELL = "/bin/sh"
 #: How long the wrapper still copies output after the command ended: a daemon it left behind may hold
 #: the pipe open for ever, and the exit status must not wait for it.
 DRAIN_AFTER_EXIT_S = 2.0
+#: How often, while the command writes, the wrapper looks whether the agent stopped its output (the
+#: node's output budget, ``devices/agent/output_budget.py``): one ``open`` at most this often, not per write.
+STOP_LOOK_INTERVAL_S = 0.25
 
 
 def _write_all(fds: Sequence[int], data: bytes) -> None:
@@ -52,19 +56,43 @@ def _write_all(fds: Sequence[int], data: bytes) -> None:
             pass  # a full disk under the user's output file must not stop the agent's own log
 
 
-def copy_capped(source: IO[bytes], out_fd: int, limit: int, also: Sequence[int] = ()) -> None:
+def stop_reason(path: str) -> str | None:
+    """Why the agent stopped this job's output (the file it wrote), or ``None`` while it has not."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            reason = json.load(fh).get("reason")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(reason) if reason else "the node's output budget"
+
+
+def copy_capped(
+    source: IO[bytes], out_fd: int, limit: int, also: Sequence[int] = (), stop_file: str | None = None
+) -> None:
     """Copy ``source`` to ``out_fd`` and ``also`` until EOF; past ``limit`` bytes, say so once and drop the rest.
 
     The command writes into a pipe, not the log itself, so a job printing without end fills a
-    bounded file instead of the node's disk, and it never blocks on a full pipe.
+    bounded file instead of the node's disk, and it never blocks on a full pipe. Once ``stop_file``
+    exists (the agent keeps the node's output budget) the output is dropped the same way, after
+    one line saying why; the command goes on running.
     """
     fds = (out_fd, *also)
     written = 0
     dropped = False
+    next_look = 0.0
     while True:
         chunk = source.read1(65536) if hasattr(source, "read1") else source.read(65536)
         if not chunk:
             return
+        if stop_file is not None and not dropped and time.monotonic() >= next_look:
+            next_look = time.monotonic() + STOP_LOOK_INTERVAL_S
+            why = stop_reason(stop_file)
+            if why is not None:
+                dropped = True
+                _write_all(fds, f"\n[npuportal: output stopped here: {why}; the job keeps running]\n".encode())
+                continue
+        if dropped:
+            continue
         if written < limit:
             part = chunk[: limit - written]
             _write_all(fds, part)
@@ -122,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--groups", default="", help="... and these supplementary group ids, comma-separated")
     parser.add_argument("--umask", type=lambda text: int(text, 8), help="umask of the command, octal (e.g. 077)")
     parser.add_argument("--output", help="also append the command's output to this file (opened as --uid)")
+    parser.add_argument("--stop-output-file", help="once this file exists, drop the output, saying why (its reason)")
     parser.add_argument("--wrapper", help="run WRAPPER /bin/sh -c COMMAND (a site's toolkit set-up)")
     parser.add_argument("--env-file", help="JSON object: the command's whole environment (read, then removed)")
     parser.add_argument("--mark", help="value of NPUPORTAL_JOB_MARK for the command: how the agent finds its processes")
@@ -160,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"npuportal runner: cannot open the output file {args.output}: {exc}", file=sys.stderr, flush=True)
             write_exit_status(args.exit_file, 126)
             return 126
-    capped = args.max_output_bytes > 0 or bool(also)
+    capped = args.max_output_bytes > 0 or bool(also) or args.stop_output_file is not None
     limit = args.max_output_bytes if args.max_output_bytes > 0 else sys.maxsize
     switch = args.uid is not None and os.geteuid() == 0  # only root can; otherwise the job is the wrapper's own
     argv_child = [SHELL, "-c", args.command]
@@ -184,7 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     copier = None
     if capped and child.stdout is not None:
         copier = threading.Thread(
-            target=copy_capped, args=(child.stdout, sys.stdout.fileno(), limit, also), daemon=True
+            target=copy_capped,
+            args=(child.stdout, sys.stdout.fileno(), limit, also, args.stop_output_file),
+            daemon=True,
         )
         copier.start()
     status = child.wait()

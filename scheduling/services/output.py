@@ -93,6 +93,9 @@ def read_output(
         note = None if found is not None else f"node {node} no longer has this run's output"
     except AgentError as exc:
         found, note = None, f"node {node} did not answer ({exc})"
+    if found is not None and found.get("removed_at"):  # removed to keep the node's output budget: say when
+        note = f"node {node}: {found.get('note') or 'the output was removed'}"
+        ended, found = True, None
     if found is not None:
         if found.get("complete") and saved is None:
             keep_output(job.pk, attempt, node)
@@ -138,7 +141,7 @@ def keep_output(job_id: int, attempt: int, node: str) -> bool:
     rid = run_id(job_id, attempt)
     try:
         first = client.log(rid, offset=0)
-        if first is None:
+        if first is None or first.get("removed_at"):  # gone from the node: nothing to keep
             return False
         size = int(first.get("size", first["next_offset"]))
         if size <= first["next_offset"] and size <= JobOutput.KEPT_BYTES:

@@ -114,9 +114,10 @@ def test_cwd_and_an_output_file_besides_the_agents_log(started: Callable[..., Ag
     ("fields", "field", "words"),
     [
         ({"output": "relative.out"}, "output", "absolute"),
-        ({"output": "/nonexistent-dir/x.out"}, "output", "does not exist"),
+        ({"output": "/nonexistent-dir/x.out"}, "output", "cannot write it"),
         ({"output": "/tmp"}, "output", "directory"),
-        ({"cwd": "/nonexistent-dir"}, "cwd", "absolute path to an existing directory"),
+        ({"cwd": "/nonexistent-dir"}, "cwd", "cannot enter it"),
+        ({"cwd": "relative/dir"}, "cwd", "absolute"),
         ({"user": "no such"}, "user", "POSIX account name"),
         ({"team": "x" * 201}, "team", "at most 200"),
     ],
@@ -202,7 +203,7 @@ def test_each_job_runs_as_its_owner_with_home_groups_and_a_private_umask(
     node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent]
 ) -> None:
     agent = started(kind=OwnerAgent, state_dir=node_state)
-    assert "jobs run as their submitters' POSIX accounts (never as root)" in agent.log()
+    assert "jobs run as their submitters' POSIX accounts (never as root; uid 1000 or above)" in agent.log()
     for index, (who, entry) in enumerate(accounts.items()):
         command = 'id -un; id -u; echo "$HOME $USER"; pwd; umask; touch made'
         agent.launch(f"{who}-1", command, [index], user=entry.pw_name)
@@ -286,15 +287,137 @@ def test_cwd_and_output_are_checked_for_the_jobs_account(
         "/v1/jobs",
         {"job_id": "c-1", "command": "true", "devices": [0], "user": alice.pw_name, "cwd": str(private)},
     )
-    assert (status, reply["field"]) == (400, "cwd") and f"account {alice.pw_name} may not enter it" in reply["error"]
+    assert (status, reply["field"]) == (400, "cwd") and f"account {alice.pw_name} cannot enter it" in reply["error"]
     status, reply = agent.call(
         "POST",
         "/v1/jobs",
         {"job_id": "c-2", "command": "true", "devices": [0], "user": alice.pw_name, "output": "/root/x.out"},
     )
-    assert (status, reply["field"]) == (400, "output") and "may not" in reply["error"]
+    assert (status, reply["field"]) == (400, "output") and "cannot write it" in reply["error"]
     out = Path(alice.pw_dir) / "run.out"
     agent.launch("c-3", "echo to-both", [0], user=alice.pw_name, output=str(out))
     assert agent.wait_state("c-3", "succeeded")["output_tail"] == ["to-both"]
     assert out.read_text() == "to-both\n"
     assert (out.stat().st_uid, out.stat().st_mode & 0o777) == (alice.pw_uid, 0o600)
+
+
+# --------------------------------------------------------------------------------------------------
+# system accounts, and paths checked as the job's account (root)
+
+
+@ROOT_ONLY
+def test_a_system_account_below_the_min_uid_is_refused(node_state: Path, started: Callable[..., Agent]) -> None:
+    daemon = pwd.getpwnam("daemon")  # uid 1 wherever useradd's UID_MIN is 1000
+    agent = started(kind=OwnerAgent, state_dir=node_state)
+    status, reply = agent.call(
+        "POST", "/v1/jobs", {"job_id": "s-1", "command": "id -u", "devices": [0], "user": "daemon"}
+    )
+    assert (status, reply["field"]) == (400, "user"), reply
+    assert reply["error"] == (
+        f"account 'daemon' (uid {daemon.pw_uid}) is a system account on node test-node; "
+        "jobs run only as accounts with uid 1000 or above (--min-uid)"
+    )
+    assert agent.call("GET", "/v1/jobs")[1]["jobs"] == []
+    agent.stop()
+    lowered = started("--min-uid", str(daemon.pw_uid), kind=OwnerAgent, state_dir=node_state)
+    lowered.launch("s-2", "id -u", [0], user="daemon")
+    assert lowered.wait_state("s-2", "succeeded", "failed")["output_tail"] == [str(daemon.pw_uid)]
+
+
+@ROOT_ONLY
+def test_a_refusal_reveals_nothing_of_paths_the_account_cannot_look_at(
+    node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent]
+) -> None:
+    """Alice names paths inside Bob's private directory: there or not, she is told the same."""
+    agent = started(kind=OwnerAgent, state_dir=node_state)
+    alice, bob = accounts["alice"], accounts["bob"]
+    private = Path(bob.pw_dir) / "hidden"
+    (private / "there").mkdir(parents=True, exist_ok=True)
+    (private / "there" / "file.out").write_text("")
+    for path in (private, private / "there", private / "there" / "file.out"):
+        os.chown(path, bob.pw_uid, bob.pw_gid)
+    private.chmod(0o700)
+
+    def refusal(field: str, path: Path) -> str:
+        body = {"job_id": "h", "command": "true", "devices": [0], "user": alice.pw_name, field: str(path)}
+        status, reply = agent.call("POST", "/v1/jobs", body)
+        assert (status, reply["field"]) == (400, field), reply
+        return str(reply["error"]).replace(str(path), "PATH")
+
+    said = {refusal("cwd", private / name) for name in ("there", "missing", "there/file.out")}
+    assert said == {
+        f"cwd PATH: account {alice.pw_name} cannot enter it on node test-node "
+        f"(it does not exist there, or {alice.pw_name} may not reach it)"
+    }
+    said = {refusal("output", private / name) for name in ("there/file.out", "there/new.out", "gone/x.out", "there")}
+    assert said == {
+        f"output PATH: account {alice.pw_name} cannot write it on node test-node "
+        f"(it or its directory does not exist there, or {alice.pw_name} may not reach or write it)"
+    }
+    assert agent.call("GET", "/v1/jobs")[1]["jobs"] == []
+
+
+@ROOT_ONLY
+def test_a_directory_behind_one_the_account_cannot_pass_is_refused(
+    node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent], tmp_path: Path
+) -> None:
+    """An open directory inside a closed one: its own mode says yes, but the account cannot reach it."""
+    agent = started(kind=OwnerAgent, state_dir=node_state)
+    alice, bob = accounts["alice"], accounts["bob"]
+    closed = Path(bob.pw_dir) / "closed"
+    inside = closed / "open"
+    inside.mkdir(parents=True, exist_ok=True)
+    (inside / "bobs-notes").write_text("bob's secret\n")
+    os.chown(closed, bob.pw_uid, bob.pw_gid)
+    closed.chmod(0o700)
+    inside.chmod(0o777)
+    for field, path in (("cwd", inside), ("output", inside / "x.out")):
+        body = {"job_id": f"in-{field}", "command": "ls; cat bobs-notes", "devices": [0], "user": alice.pw_name}
+        status, reply = agent.call("POST", "/v1/jobs", {**body, field: str(path)})
+        assert (status, reply["field"]) == (400, field), reply
+    assert agent.call("GET", "/v1/jobs")[1]["jobs"] == []
+    agent.launch("own", "pwd", [0], user=alice.pw_name, cwd=alice.pw_dir, output=f"{alice.pw_dir}/own.out")
+    assert agent.wait_state("own", "succeeded")["output_tail"] == [alice.pw_dir]
+
+
+# --------------------------------------------------------------------------------------------------
+# every job as one fixed account (--jobs-as, the demo under root)
+
+
+@ROOT_ONLY
+def test_jobs_as_runs_every_job_as_one_account_which_reads_no_jobs_log(
+    node_state: Path, accounts: dict[str, pwd.struct_passwd], started: Callable[..., Agent]
+) -> None:
+    alice, bob = accounts["alice"], accounts["bob"]
+    agent = started("--jobs-as", alice.pw_name, kind=OwnerAgent, state_dir=node_state)
+    assert f"every job runs as the account {alice.pw_name} (uid {alice.pw_uid})" in agent.log()
+    agent.launch("f-1", "echo first-secret; id -un", [0], user=bob.pw_name)
+    done = agent.wait_state("f-1", "succeeded", "failed")
+    assert (done["output_tail"], done["user"]) == (["first-secret", alice.pw_name], alice.pw_name)
+    log = node_state / "jobs" / "f-1.log"
+    assert (log.stat().st_uid, log.stat().st_mode & 0o777) == (0, 0o600)  # not the shared account's
+    agent.launch("f-2", f"id -un; cat {log} 2>&1", [1])  # no user at all: the same account
+    snoop = agent.wait_state("f-2", "succeeded", "failed")["output_tail"]
+    assert snoop[0] == alice.pw_name and "Permission denied" in snoop[1], snoop
+    assert not any("first-secret" in line for line in snoop), snoop
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--jobs-as", "daemon"], "system account"),
+        (["--jobs-as", "root"], "never run as root"),
+        (["--jobs-as", "npt-nobody-such"], "no such POSIX account"),
+        (["--jobs-as", "nobody", "--jobs-as-agent", "--allow-root-jobs"], "not both"),
+        (["--min-uid", "-1"], "--min-uid"),
+    ],
+)
+def test_bad_account_flags_exit_2(tmp_path: Path, flags: list[str], words: str) -> None:
+    (tmp_path / "token").write_text("agent-test-token-5f1b9c0e7d2a")
+    done = run_agent_cli(
+        "--backend", "sim", "--listen", "127.0.0.1:0", "--token-file", str(tmp_path / "token"),
+        "--state-dir", str(tmp_path / "state"), *flags,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr
