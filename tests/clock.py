@@ -80,10 +80,6 @@ def demo_policy_text(text: str) -> str:
     return re.sub(r"(?m)^(\s*timezone:\s*).*$", lambda m: m.group(1) + found[1], text, count=1)
 
 
-def _text(at: datetime, zone: str) -> str:
-    return f"{at:%Y-%m-%dT%H:%M} {zone}"
-
-
 def exists(day: date, hour: int, minute: int, zone: str) -> bool:
     """Whether that wall-clock time happens in ``zone`` (not skipped by a clock going forward)."""
     local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=ZoneInfo(zone))
@@ -108,7 +104,7 @@ def random_instants(seed: int, count: int = 3) -> list[str]:
             day, hour = date(year, month, draw.randint(1, last)), draw.randint(0, 23)
         minute = draw.randint(0, 59)
         if exists(day, hour, minute, zone):
-            found.append(_text(datetime(day.year, day.month, day.day, hour, minute), zone))
+            found.append(f"{day:%Y-%m-%d}T{hour:02d}:{minute:02d} {zone}")
     return found
 
 
