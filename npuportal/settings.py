@@ -397,6 +397,8 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "npuportal.api_schema.document_errors",
     ],
+    # Docstrings of shared bases (npuportal.api_parsers.FormatSuffixes) describe code, not operations.
+    "GET_LIB_DOC_EXCLUDES": "npuportal.api_schema.doc_excludes",
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "devices.models.Node.State",

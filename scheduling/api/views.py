@@ -37,6 +37,7 @@ from rest_framework.response import Response
 from npuportal import api_filters
 from npuportal.api_errors import Conflict
 from npuportal.api_pagination import KeysetPagination
+from npuportal.api_parsers import FormatSuffixes
 from quotas.api.errors import error_responses
 from quotas.api.serializers import json_safe
 from quotas.models import Team
@@ -179,7 +180,7 @@ class JobFilterSet(api_filters.FilterSet):
         responses={200: JobDetailSerializer, **error_responses(401, 404)},
     ),
 )
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     filterset_class = JobFilterSet
     pagination_class = JobPagination
