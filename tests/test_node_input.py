@@ -14,6 +14,7 @@ import pytest
 from django.core.management import call_command
 
 from devices.models import Node
+from devices.services.agent_client import AgentAddress, AgentClient, AgentError
 from devices.services.registration import RegistrationError, validate
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +38,9 @@ GOOD_TOKEN = "x" * 20
         ("http://user:pw@10.0.0.5:8471", GOOD_TOKEN, "agent_url", "user"),
         ("http://10.0.0.5:8471/?q=1", GOOD_TOKEN, "agent_url", "query"),
         ("ftp://10.0.0.5", GOOD_TOKEN, "agent_url", "not an agent URL"),
+        ("https://" + "0" * 192, GOOD_TOKEN, "agent_url", "not a host name"),  # a label past 63 characters
+        ("http://a..b:8471", GOOD_TOKEN, "agent_url", "not a host name"),
+        ("http://a!b:8471", GOOD_TOKEN, "agent_url", "not a host name"),
     ],
 )
 def test_the_api_refuses_with_a_400_naming_the_field(demo, api, user_factory, agent_url, token, field, says) -> None:
@@ -59,6 +63,13 @@ def test_the_command_refuses_a_token_file_that_is_not_ascii(demo, tmp_path) -> N
     assert done.value.code == 1, (out.getvalue(), err.getvalue())
     assert "token" in err.getvalue() and "visible ASCII" in err.getvalue() and "Traceback" not in err.getvalue()
     assert not Node.objects.filter(name="n-new").exists()
+
+
+def test_a_stored_address_no_request_can_go_to_is_an_agent_error_not_a_crash() -> None:
+    # A node saved before these checks (or by hand in the database) is polled like any other.
+    client = AgentClient(AgentAddress(0, "old", "https://" + "0" * 192, GOOD_TOKEN), timeout=2)
+    with pytest.raises(AgentError, match="cannot be called"):
+        client.devices()
 
 
 def test_good_addresses_pass() -> None:

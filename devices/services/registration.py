@@ -17,6 +17,7 @@ or an HTTP status, and the request ``field`` at fault when there is one.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -88,6 +89,21 @@ class Removal:
     running: list[tuple[int, str]] = field(default_factory=list)
 
 
+#: One label of a host name: what the HTTP client can connect to (``_`` too, which some sites use).
+HOST_LABEL = re.compile(r"[A-Za-z0-9_-]{1,63}")
+
+
+def _is_host(host: str) -> bool:
+    """An IP address, or a host name of 1-63 character labels (253 at most): else the HTTP client raises."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(HOST_LABEL.fullmatch(label) for label in name.split("."))
+
+
 def agent_url_problem(agent_url: str) -> str | None:
     """Why ``agent_url`` is not an address the portal can call its agent at, or ``None`` when it is.
 
@@ -106,6 +122,11 @@ def agent_url_problem(agent_url: str) -> str | None:
         return not_a_url
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return not_a_url
+    if not _is_host(parts.hostname):
+        return (
+            f"{agent_url!r}: {parts.hostname!r} is not a host name (labels of 1-63 letters, digits, '-' or '_', "
+            "joined by dots, 253 characters at most) or an IP address"
+        )
     try:
         port = parts.port
     except ValueError:  # not a number, or past 65535
