@@ -61,11 +61,6 @@ class Rule(RegexValidator):
         if found:
             raise ValidationError(found)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Rule) and super().__eq__(other) and self.problem == other.problem
-
-    __hash__ = RegexValidator.__hash__
-
 
 class InputSerializer(serializers.Serializer):
     """A request body: a JSON object with only the documented fields (the schema says so too).
