@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
 from devices.models import Device, HealthEvent, InventoryEvent, Node, VnpuTemplate
 from devices.services import inventory
+from devices.services.registration import agent_url_problem, token_problem
 
 
 def _record_admin_change(request: HttpRequest, devices: list[Device], node: Node, *, added: bool = False) -> None:
@@ -26,15 +28,74 @@ class DeviceInline(admin.TabularInline):
     readonly_fields = ("temp_c", "ecc_errors")
 
 
+class WriteOnlyField(forms.CharField):
+    """A secret typed in, never shown: the page gets an empty password box; empty means "keep it"."""
+
+    widget = forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"})
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        return bool((data or "").strip())
+
+
+class NodeAdminForm(forms.ModelForm):
+    """The node's agent token is write-only here, and checked as ``manage.py nodes add`` checks it.
+
+    Showing the token let anyone who can open the admin page (or look over a shoulder) call the
+    agent as the portal. The stored token is never put in the page; typing a new one replaces it.
+    """
+
+    agent_token = WriteOnlyField(
+        required=False,
+        max_length=200,
+        strip=True,
+        label="Agent token",
+        help_text="write-only: the current token is never shown; leave empty to keep it, type a new one to replace it",
+    )
+
+    class Meta:
+        model = Node
+        fields = "__all__"
+
+    def clean_agent_token(self) -> str:
+        typed = self.cleaned_data.get("agent_token") or ""
+        if not typed:
+            return self.instance.agent_token if self.instance.pk else ""
+        problem = token_problem(typed)
+        if problem:
+            raise forms.ValidationError(problem)
+        return typed
+
+    def clean_agent_url(self) -> str:
+        url = self.cleaned_data.get("agent_url") or ""
+        problem = agent_url_problem(url) if url else None
+        if problem:
+            raise forms.ValidationError(problem)
+        return url
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
+    form = NodeAdminForm
     list_display = ("name", "state", "reachable", "device_count", "agent_url", "last_heartbeat")
     list_filter = ("state", "reachable")
     search_fields = ("name", "agent_url")
     inlines = [DeviceInline]
     exclude = ()
     #: Removing is ``manage.py nodes remove`` (refused while jobs run there), never a field typed in here.
-    readonly_fields = ("removed_at",)
+    readonly_fields = ("removed_at", "agent_token_state")
+
+    @admin.display(description="agent token")
+    def agent_token_state(self, obj: Node | None) -> str:
+        if obj is None or not obj.agent_token:
+            return "not set"
+        return "set (write-only: never shown)"
+
+    def get_fields(self, request: HttpRequest, obj: Node | None = None) -> list[Any]:
+        """Whoever may only view a node sees whether its token is set, never the token itself."""
+        fields = list(super().get_fields(request, obj))
+        if not self.has_change_permission(request, obj):
+            fields = [f for f in fields if f != "agent_token"]
+        return fields
 
     @admin.display(description="devices")
     def device_count(self, obj: Node) -> int:

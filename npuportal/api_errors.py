@@ -4,7 +4,8 @@ Scripts can always read ``error`` (a sentence) and, for bad input, ``field``
 (the first offending field) without knowing which view answered. That holds when
 things break too: a database that does not answer is a 503 in this shape (with
 ``Retry-After``), and any other failure under ``/api/`` a 500 in it, never
-Django's HTML error page.
+Django's HTML error page. The console answers the same outage with a page of
+its own (``503.html``, 503 and ``Retry-After`` too), not a bare "Server Error".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django import db
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
 from django.views import csrf, defaults
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.response import Response
@@ -46,6 +48,22 @@ DATABASE_DOWN_BODY = {"error": "the database is not answering; try again shortly
 
 def _database_down(request: Any, exc: BaseException) -> None:
     log.warning("database unavailable for %s %s: %s", request.method, request.path, exc)
+
+
+def database_down(request: HttpRequest, exc: BaseException) -> HttpResponse:
+    """503 with ``Retry-After`` while the database does not answer: JSON under ``/api/``, else a console page.
+
+    The page is rendered without the request, so no context processor runs: they read the
+    signed-in user and the policy, from the very database that is down.
+    """
+    _database_down(request, exc)
+    if is_api(request):
+        response: HttpResponse = JsonResponse(DATABASE_DOWN_BODY, status=503)
+    else:
+        page = render_to_string("503.html", {"retry_after": RETRY_AFTER_S, "request_path": request.path})
+        response = HttpResponse(page, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 def _first_field(detail: Any, prefix: str = "") -> tuple[str | None, str]:
@@ -140,17 +158,15 @@ def page_not_found(request: HttpRequest, exception: Exception | None = None) -> 
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: an exception nothing handled; the traceback goes to the log, never to the client.
 
-    Under ``/api/`` it answers in the error shape: 503 when the database is down (Django calls
-    this while handling the exception, so ``sys.exc_info()`` still names it), else 500.
+    A database that is down is a 503 (Django calls this while handling the exception, so
+    ``sys.exc_info()`` still names it): :func:`database_down`. Anything else is a 500: in the
+    error shape under ``/api/``, Django's page elsewhere.
     """
-    if not is_api(request):
-        return defaults.server_error(request)
     exc = sys.exc_info()[1]
     if isinstance(exc, DATABASE_DOWN):
-        _database_down(request, exc)
-        response = JsonResponse(DATABASE_DOWN_BODY, status=503)
-        response["Retry-After"] = str(RETRY_AFTER_S)
-        return response
+        return database_down(request, exc)
+    if not is_api(request):
+        return defaults.server_error(request)
     return json_error(500, "internal server error; the details are in the server's log")
 
 
@@ -183,6 +199,10 @@ class ApiErrorMiddleware:
     The handlers above cover Django's own answers; this is the net under them (a
     view or middleware answering an error page by itself), keeping the status.
     Outermost in ``MIDDLEWARE`` so it sees every response.
+
+    A view that finds the database down (a console page reading the session) is answered
+    here by :func:`database_down`, logged as one line: left to ``handler500`` it would
+    answer the same, but Django logs a traceback for every request of the outage.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -200,4 +220,6 @@ class ApiErrorMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, RequestDataTooBig) and is_api(request):
             return json_error(413, "the request body is too large")
+        if isinstance(exception, DATABASE_DOWN):
+            return database_down(request, exception)
         return None

@@ -8,8 +8,11 @@ else with a 400 naming the field, so what is accepted is what is documented.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 
@@ -38,6 +41,25 @@ class IntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class Rule(RegexValidator):
+    """A field's check that lives in a service (``problem``: the reason, or ``None``), with its pattern.
+
+    The OpenAPI schema shows ``pattern`` (drf-spectacular reads it off a ``RegexValidator``);
+    the value is judged by ``problem`` alone, so the API, the command line and the admin give
+    the same reason for the same value. The pattern is what a client can check up front; the
+    service may refuse more (a port past 65535), never less.
+    """
+
+    def __init__(self, pattern: str, problem: Callable[[str], str | None]) -> None:
+        super().__init__(pattern)
+        self.problem = problem
+
+    def __call__(self, value: Any) -> None:
+        found = self.problem(str(value))
+        if found:
+            raise ValidationError(found)
 
 
 class InputSerializer(serializers.Serializer):

@@ -8,6 +8,8 @@
 * :class:`ContentNegotiation` answers an unknown ``?format=`` with a 400 that
   names ``format`` and the formats there are, where DRF answered 404 as if the
   path did not exist (an unknown ``.xml`` suffix, part of the path, stays a 404).
+* :class:`FormatSuffixes`, a base of every API viewset, takes a ``.json``/``.api``
+  suffix off the handler's keywords, so every route answers its suffixed path.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import json
 from typing import IO, Any
 
 from django.conf import settings
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from rest_framework import exceptions, parsers, renderers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.request import Request
@@ -104,3 +108,24 @@ class ContentNegotiation(DefaultContentNegotiation):
                     {"format": [f"unknown format {wanted!r}; this endpoint answers {', '.join(known)}"]}
                 )
         return super().select_renderer(request, renderers, format_suffix)
+
+
+class FormatSuffixes:
+    """Base of every API viewset: a path's ``.json``/``.api`` suffix picks the format, and nothing else.
+
+    DRF's router adds a ``<route>.<format>`` path beside each route and hands the suffix to
+    the handler as a ``format`` keyword. DRF's own handlers take ``**kwargs``; one written
+    ``def log(self, request, pk=None)`` does not, and ``/api/v1/jobs/1/log.json`` was a
+    ``TypeError``, a 500. Here the suffix leaves the keywords before any handler sees them
+    and is kept where content negotiation looks for it, so a handler never has to know
+    about suffixes. ``npuportal.api_urls`` registers no viewset without this base.
+    """
+
+    _format_suffix: str | None = None
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        self._format_suffix = kwargs.pop(api_settings.FORMAT_SUFFIX_KWARG, None)
+        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+
+    def get_format_suffix(self, **kwargs: Any) -> str | None:
+        return self._format_suffix

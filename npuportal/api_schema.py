@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.plumbing import get_lib_doc_excludes
+
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 _DESCRIPTIONS = {
@@ -32,6 +34,17 @@ _DESCRIPTIONS = {
     415: "The body is not `application/json`",
     429: "Throttled: too many requests; retry after the `Retry-After` seconds",
 }
+
+
+def doc_excludes() -> list[Any]:
+    """Classes whose docstrings are not operation descriptions: drf-spectacular's, and our API bases.
+
+    ``FormatSuffixes`` is a base of every viewset; its docstring is for the code's readers.
+    """
+    from npuportal.api_parsers import FormatSuffixes
+
+    return [*get_lib_doc_excludes(), FormatSuffixes]
+
 
 _WRITES = {"post", "put", "patch", "delete"}
 

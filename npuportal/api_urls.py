@@ -7,13 +7,30 @@ endpoint and the OpenAPI schema is generated from one place.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
+from npuportal.api_parsers import FormatSuffixes
 from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
 
-router = DefaultRouter()
+
+class Router(DefaultRouter):
+    """DRF's router, taking only viewsets that accept its ``.json``/``.api`` paths on every route."""
+
+    def register(self, prefix: str, viewset: Any, basename: str | None = None) -> None:
+        if not issubclass(viewset, FormatSuffixes):
+            raise ImproperlyConfigured(
+                f"{viewset.__name__}: API viewsets derive from npuportal.api_parsers.FormatSuffixes, "
+                f"or /api/v1/{prefix}/….json is a 500"
+            )
+        super().register(prefix, viewset, basename=basename)
+
+
+router = Router()
 for prefix, viewset, basename in scheduling_router.registry:
     router.register(prefix, viewset, basename=basename)
 router.register("teams", TeamViewSet, basename="team")

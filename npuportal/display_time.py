@@ -42,9 +42,14 @@ class DisplayZoneMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(NOT_CONSOLE):
             return self.get_response(request)
+        from npuportal.api_errors import DATABASE_DOWN, database_down
         from scheduling.engine.policy import zone
 
-        timezone.activate(zone(policy_zone_name()))
+        try:
+            name = policy_zone_name()
+        except DATABASE_DOWN as exc:  # no page can be shown: say why, as the views would (one log line)
+            return database_down(request, exc)
+        timezone.activate(zone(name))
         try:
             return self.get_response(request)
         finally:

@@ -15,13 +15,21 @@ user names.
 | ``npuportal_agent_poll_failures`` | gauge | (sum of the nodes' consecutive missed polls) |
 | ``npuportal_nodes_unreachable`` | gauge | |
 | ``npuportal_policy_version`` | gauge | (0 when none is active) |
+
+Who may read it: a request with ``Authorization: Bearer <NPUPORTAL_METRICS_TOKEN>`` (compared
+in constant time), or from an address in ``NPUPORTAL_METRICS_ALLOW`` (default the machine
+itself), as :func:`npuportal.client_ip.client_address` counts it. Anyone else gets a plain 401
+(no token) or 403 (a wrong one): team names and their queues are not for every visitor.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 from collections.abc import Iterator
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -29,6 +37,8 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from npuportal.client_ip import client_address
 
 #: Upper bounds (seconds) of the tick-duration histogram's buckets.
 TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -133,7 +143,49 @@ registry = CollectorRegistry(auto_describe=False)
 registry.register(ClusterCollector())
 
 
+def _allowed_address(request: HttpRequest) -> bool:
+    found = client_address(request)
+    try:
+        address = ipaddress.ip_address(found or "")
+    except ValueError:
+        return False
+    candidates = [address]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:  # a dual-stack socket's ::ffff:a.b.c.d
+        candidates.append(address.ipv4_mapped)
+    return any(a in network for a in candidates for network in settings.METRICS_ALLOW if a.version == network.version)
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    """The bearer token of the request, or ``None`` when it brings none."""
+    scheme, _, credentials = request.headers.get("Authorization", "").strip().partition(" ")
+    credentials = credentials.strip()
+    return credentials if scheme.lower() == "bearer" and credentials else None
+
+
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """Why this request may not read the metrics (a plain 401 or 403), or ``None`` when it may."""
+    offered = _bearer(request)
+    if offered is not None:
+        expected = settings.METRICS_TOKEN
+        if expected and hmac.compare_digest(offered.encode(), expected.encode()):
+            return None
+        return HttpResponse("403 the metrics token does not match\n", status=403, content_type="text/plain")
+    if _allowed_address(request):
+        return None
+    response = HttpResponse(
+        "401 /metrics needs 'Authorization: Bearer <NPUPORTAL_METRICS_TOKEN>' "
+        "or a client address in NPUPORTAL_METRICS_ALLOW\n",
+        status=401,
+        content_type="text/plain",
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus scrape endpoint; no sign-in (it exposes no job or user names)."""
+    """Prometheus scrape endpoint: a bearer token or an allowed address, no sign-in (no job or user names)."""
+    refused = refusal(request)
+    if refused is not None:
+        return refused
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -202,6 +202,43 @@ TRUSTED_PROXY_COUNT = _env_number("NPUPORTAL_TRUSTED_PROXIES", 0, whole=True)
 AXES_CLIENT_IP_CALLABLE = "npuportal.client_ip.client_address"
 AXES_VERBOSE = False
 
+
+def _metrics_token() -> str:
+    """``NPUPORTAL_METRICS_TOKEN``: empty (no token opens /metrics), or at least 16 visible ASCII characters."""
+    token = os.environ.get("NPUPORTAL_METRICS_TOKEN", "").strip()
+    if token and (len(token) < 16 or not all("!" <= c <= "~" for c in token)):
+        raise BadSetting(
+            "NPUPORTAL_METRICS_TOKEN: expected at least 16 visible ASCII characters, no spaces "
+            "(it is sent as 'Authorization: Bearer <token>')"
+        )
+    return token
+
+
+def _metrics_allow() -> list[Any]:
+    """``NPUPORTAL_METRICS_ALLOW``: addresses and networks (CIDR) that may read /metrics without the token."""
+    import ipaddress
+
+    text = os.environ.get("NPUPORTAL_METRICS_ALLOW")
+    if text is None:
+        text = "127.0.0.1,::1"
+    networks = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise BadSetting(
+                f"NPUPORTAL_METRICS_ALLOW={text!r}: {item!r} is not an address or network (10.0.0.0/8, ::1)"
+            ) from None
+    return networks
+
+
+#: A bearer token Prometheus sends to read /metrics (npuportal/metrics.py); empty: none is accepted.
+METRICS_TOKEN = _metrics_token()
+#: Client addresses (as client_ip counts them) that may read /metrics without it; default the machine itself.
+METRICS_ALLOW = _metrics_allow()
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC").strip() or "UTC"
 try:
@@ -398,6 +435,8 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "npuportal.api_schema.document_errors",
     ],
+    # Docstrings of shared bases (npuportal.api_parsers.FormatSuffixes) describe code, not operations.
+    "GET_LIB_DOC_EXCLUDES": "npuportal.api_schema.doc_excludes",
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "devices.models.Node.State",

@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from npuportal.csv_export import csv_text
 from quotas.accounting.exports import statement_dict, to_csv
 from quotas.accounting.statements import previous_month
 from quotas.api.errors import error_responses
@@ -41,8 +42,8 @@ class CSVRenderer(BaseRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
         if isinstance(data, str):
             return data.encode()
-        if isinstance(data, dict) and "error" in data:
-            return f"error\n{str(data['error']).replace(chr(10), ' ')}\n".encode()
+        if isinstance(data, dict) and "error" in data:  # it may echo what was asked: through the same writer
+            return csv_text([["error"], [str(data["error"]).replace(chr(10), " ")]]).encode()
         return b""
 
 

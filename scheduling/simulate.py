@@ -10,7 +10,6 @@ Exit codes: 0 done, 2 unusable input (the message names the file and field),
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -20,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+from npuportal import csv_export
 from scheduling.engine.policy import DEVICES, Policy, chip_resource, parse_policy
 from scheduling.engine.simulator import BASELINES, DEFAULT_START, SimulationError, parse_baselines, run_simulation
 from scheduling.engine.traces import ClusterSpec, InputError, load_cluster, load_trace
@@ -96,10 +96,12 @@ def _parse_seconds(text: str) -> float:
 
 
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+    """The job records, through the portal's CSV writer: a trace's names never run as spreadsheet formulas."""
+    columns = list(rows[0]) if rows else ["job_id"]
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["job_id"])
-        writer.writeheader()
-        writer.writerows(rows)
+        writer = csv_export.writer(handle, lineterminator="\r\n")
+        writer.writerow(columns)
+        writer.writerows([row.get(column, "") for column in columns] for row in rows)
 
 
 def _parse_baselines(text: str) -> list[str]:

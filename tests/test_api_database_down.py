@@ -1,4 +1,5 @@
-"""With the database down the API answers 503 in its JSON error shape, never Django's HTML error page.
+"""With the database down the API answers 503 in its JSON error shape, never Django's HTML error page,
+and the console a page of its own saying so (503 too), never a bare "Server Error".
 
 The server under test is a real gunicorn pointed at a PostgreSQL address where
 nothing listens, so every query fails the way it does when the database is
@@ -91,6 +92,35 @@ def test_api_calls_answer_503_json_while_the_database_is_down(dead_db_server: st
     assert health.status_code == 503 and health.json()["database"]["ok"] is False
 
 
+def _expect_console_503(resp: requests.Response) -> None:
+    assert resp.status_code == 503, resp.text[:500]
+    assert resp.headers["Content-Type"].startswith("text/html"), resp.headers
+    assert resp.headers["Retry-After"] == "5"
+    page = resp.text
+    assert "The database is not answering" in page and "/static/css/console.css" in page, page[:800]
+    assert "Server Error" not in page
+
+
+@pytest.mark.slow
+def test_console_pages_say_the_database_is_down_with_a_503(dead_db_server: str) -> None:
+    base = dead_db_server
+    signed_in = {"sessionid": "abc" * 10}  # reading the session needs the database
+    for page in ("/", "/jobs/", "/cluster/", "/reports/", "/admin/"):
+        _expect_console_503(requests.get(base + page, cookies=signed_in, timeout=10, allow_redirects=False))
+    # Signing in needs the database as well.
+    login = requests.get(base + "/login/", timeout=10)
+    token = login.cookies.get("csrftoken")
+    resp = requests.post(
+        base + "/login/",
+        data={"username": "someone", "password": "pw", "csrfmiddlewaretoken": token},
+        cookies=login.cookies,
+        headers={"Referer": base + "/login/"},
+        timeout=10,
+        allow_redirects=False,
+    )
+    _expect_console_503(resp)
+
+
 # -- what fails outside the API's views: Django's handler500, in the same shape -------------
 
 
@@ -107,6 +137,7 @@ def _fail(request: HttpRequest) -> HttpResponse:
 handler500 = "npuportal.api_errors.server_error"
 urlpatterns = [
     path("api/plain-db/", _query_a_dead_database),
+    path("console-db/", _query_a_dead_database),
     path("api/plain-bug/", _fail),
     path("console-bug/", _fail),
 ]
@@ -122,3 +153,12 @@ def test_failures_outside_the_api_views_still_answer_in_the_error_shape() -> Non
     assert resp.json() == {"error": "internal server error; the details are in the server's log", "field": None}
     resp = client.get("/console-bug/")  # not the API: Django's own page
     assert resp.status_code == 500 and resp["Content-Type"].startswith("text/html")
+
+
+@override_settings(ROOT_URLCONF=__name__, DEBUG=False)
+def test_a_console_view_whose_database_is_down_answers_the_consoles_503_page(db) -> None:
+    resp = Client(raise_request_exception=False).get("/console-db/")
+    assert resp.status_code == 503 and resp["Content-Type"].startswith("text/html") and resp["Retry-After"] == "5"
+    page = resp.content.decode()
+    assert "The database is not answering" in page and 'http-equiv="refresh" content="5"' in page
+    assert "Server Error" not in page

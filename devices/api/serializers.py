@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from devices.models import Device, Node
+from devices.services import registration
 from npuportal import api_fields as fields
 
 
@@ -101,9 +102,25 @@ class NodeDetailSerializer(NodeSerializer):
 class NodeCreateSerializer(fields.InputSerializer):
     """``POST /api/v1/nodes/``: the portal asks the agent at ``agent_url`` for the node's devices."""
 
-    name = fields.CharField(max_length=100, help_text="Letters, digits, '-', '_' or '.'")
-    agent_url = fields.CharField(max_length=200, help_text="The agent's base URL, e.g. http://10.0.0.5:8471")
-    token = fields.CharField(max_length=200, write_only=True, help_text="The agent's token (its --token-file)")
+    name = fields.CharField(
+        max_length=100,
+        help_text="Letters, digits, '-', '_' or '.'",
+        validators=[fields.Rule(r"^[-a-zA-Z0-9_.]{1,100}$", registration.name_problem)],
+    )
+    agent_url = fields.CharField(
+        max_length=200,
+        help_text="The agent's base URL, e.g. http://10.0.0.5:8471: http or https, a host, a port from 1 to "
+        "65535 and a path if any; visible ASCII only (a host name in its xn-- form); no user, password, "
+        "query or fragment",
+        validators=[fields.Rule(registration.AGENT_URL_PATTERN, registration.agent_url_problem)],
+    )
+    token = fields.CharField(
+        max_length=200,
+        write_only=True,
+        help_text="The agent's token (its --token-file): visible ASCII characters, no spaces (it travels in an "
+        "HTTP header)",
+        validators=[fields.Rule(r"^[!-~]{1,200}$", registration.token_problem)],
+    )
 
 
 class NodeOperationSerializer(fields.InputSerializer):

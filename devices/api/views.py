@@ -21,6 +21,7 @@ from devices.api.serializers import (
 )
 from devices.models import Device, Node
 from devices.services import operations, registration
+from npuportal.api_parsers import FormatSuffixes
 from quotas.api.errors import error_response, error_responses
 from quotas.api.permissions import IsAdmin
 from scheduling.models import Allocation
@@ -48,7 +49,7 @@ _OPERATION = {
         summary="One node with its device grid", responses={200: NodeDetailSerializer, **error_responses(401, 404)}
     ),
 )
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
     filterset_class = NodeFilterSet
     lookup_field = "name"
     lookup_value_regex = r"[-a-zA-Z0-9_.]+"
@@ -152,7 +153,7 @@ def _refusal(exc: registration.RegistrationError) -> Response:
     ),
     retrieve=extend_schema(summary="One device", responses={200: DeviceSerializer, **error_responses(401, 404)}),
 )
-class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
+class DeviceViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
     serializer_class = DeviceSerializer
     filterset_class = DeviceFilterSet
     lookup_value_regex = r"\d{1,18}"

@@ -80,6 +80,8 @@ class AgentClient:
             raise AgentError(f"{method} {path}: no answer within {timeout:g} s") from exc
         except requests.RequestException as exc:
             raise AgentError(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
+        except ValueError as exc:  # an address no request can go to (urllib3's LocationParseError, an idna error)
+            raise AgentError(f"{method} {path}: the agent URL {self.base!r} cannot be called: {exc}") from exc
         if resp.status_code == 401:
             raise AgentError(
                 f"{method} {path}: HTTP 401, the agent refused our token "

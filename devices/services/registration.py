@@ -17,6 +17,7 @@ or an HTTP status, and the request ``field`` at fault when there is one.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,6 +37,8 @@ from scheduling.models import Job
 
 #: What a node may be called: what the API's ``/nodes/{name}/`` route accepts.
 NAME = re.compile(r"[-a-zA-Z0-9_.]{1,100}")
+#: The shape of an agent URL, for the API schema; :func:`agent_url_problem` is the whole rule.
+AGENT_URL_PATTERN = r"^https?://[!-~]+$"
 #: Published AI cores and AI CPUs per chip, for agents that report only the chip model (npu-smi does).
 CHIP_FIGURES: dict[str, tuple[int, int]] = {
     "910A": (32, 14),
@@ -86,25 +89,86 @@ class Removal:
     running: list[tuple[int, str]] = field(default_factory=list)
 
 
+#: One label of a host name: what the HTTP client can connect to (``_`` too, which some sites use).
+HOST_LABEL = re.compile(r"[A-Za-z0-9_-]{1,63}")
+
+
+def _is_host(host: str) -> bool:
+    """An IP address, or a host name of 1-63 character labels (253 at most): else the HTTP client raises."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(HOST_LABEL.fullmatch(label) for label in name.split("."))
+
+
+def agent_url_problem(agent_url: str) -> str | None:
+    """Why ``agent_url`` is not an address the portal can call its agent at, or ``None`` when it is.
+
+    ``http``/``https``, a host, an optional port (1-65535) and path; visible ASCII only (an
+    internationalised host name in its ``xn--`` form); no user, password, query or fragment:
+    the portal appends ``/v1/...`` to it and authenticates with the token.
+    """
+    if len(agent_url) > 200:
+        return "longer than 200 characters"
+    if not all("\x21" <= c <= "\x7e" for c in agent_url):
+        return f"{agent_url!r}: visible ASCII characters only, no spaces (a host name in its xn-- form)"
+    not_a_url = f"{agent_url!r} is not an agent URL (http or https, and a host: http://10.0.0.5:8471)"
+    try:
+        parts = urlsplit(agent_url)
+    except ValueError:  # an unclosed IPv6 bracket: "http://[::1"
+        return not_a_url
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return not_a_url
+    if not _is_host(parts.hostname):
+        return (
+            f"{agent_url!r}: {parts.hostname!r} is not a host name (labels of 1-63 letters, digits, '-' or '_', "
+            "joined by dots, 253 characters at most) or an IP address"
+        )
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        port = 0
+    if port is not None and not 1 <= port <= 65535:
+        return f"{agent_url!r}: the port must be a number from 1 to 65535"
+    if parts.username is not None or parts.password is not None:
+        return f"{agent_url!r}: no user or password in it (the agent checks its token)"
+    if parts.query or parts.fragment or agent_url.endswith(("?", "#")):
+        return f"{agent_url!r}: no query or fragment (?..., #...): the agent's base URL"
+    return None
+
+
+#: What an agent token may be: it travels in an HTTP header (``Authorization: Bearer``), which
+#: carries ASCII only, so visible ASCII characters (``!`` to ``~``), no spaces.
+TOKEN = re.compile(r"[!-~]{1,200}")
+TOKEN_RULE = "must be the agent's token: 1-200 visible ASCII characters, no spaces"
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be an agent token, or ``None`` (the Django admin's form asks this too)."""
+    return None if TOKEN.fullmatch(token or "") else TOKEN_RULE
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a node, or ``None``."""
+    return (
+        None if NAME.fullmatch(name or "") else f"{name!r} is not a node name (1-100 letters, digits, '-', '_' or '.')"
+    )
+
+
 def validate(name: str, agent_url: str, token: str) -> None:
     """Refuse a bad name, URL or token with the field named, before any agent is asked."""
-    if not NAME.fullmatch(name or ""):
-        raise RegistrationError(
-            f"{name!r} is not a node name (1-100 letters, digits, '-', '_' or '.')", kind="invalid", field="name"
-        )
-    parts = urlsplit(agent_url or "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RegistrationError(
-            f"{agent_url!r} is not an agent URL (http or https, and a host: http://10.0.0.5:8471)",
-            kind="invalid",
-            field="agent_url",
-        )
-    if len(agent_url) > 200:
-        raise RegistrationError("longer than 200 characters", kind="invalid", field="agent_url")
-    if not token or not token.strip() or len(token) > 200 or any(c.isspace() for c in token.strip()):
-        raise RegistrationError(
-            "must be the agent's token (1-200 characters, no spaces)", kind="invalid", field="token"
-        )
+    problem = name_problem(name)
+    if problem:
+        raise RegistrationError(problem, kind="invalid", field="name")
+    problem = agent_url_problem(agent_url or "")
+    if problem:
+        raise RegistrationError(problem, kind="invalid", field="agent_url")
+    problem = token_problem((token or "").strip())
+    if problem:
+        raise RegistrationError(problem, kind="invalid", field="token")
 
 
 def _check_free(name: str) -> Node | None:

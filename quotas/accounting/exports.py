@@ -2,7 +2,9 @@
 
 The same rows feed the console download, the API and ``manage.py chargeback
 export``, so the three can never disagree. Amounts are written as decimal
-strings ("1843.20"), never floats.
+strings ("1843.20"), never floats. Every CSV goes through
+:mod:`npuportal.csv_export`: a name that starts like a spreadsheet formula gets
+a ``'`` in front, numbers stay numbers.
 
 The PDF is the printable page rendered by WeasyPrint; its two charts are
 Plotly figures turned into PNG by kaleido, driving Debian's chromium
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import csv
 import io
 import json
 import logging
@@ -29,6 +30,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from npuportal import csv_export
 from quotas.accounting.breakdown import Breakdown
 from quotas.accounting.reports import daily_device_hours
 from quotas.accounting.statements import CLUSTER
@@ -120,7 +122,7 @@ def to_json(statements: Iterable[Statement]) -> str:
 
 def to_csv(statements: Iterable[Statement]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv_export.writer(out)
     writer.writerow(CSV_COLUMNS)
     for s in _with_lines(statements):
         for line in s.lines.all():
@@ -189,7 +191,7 @@ def month_csv(month: str, currency: str, breakdown: Breakdown) -> str:
         entry[0] += p.device_hours
         entry[1] += p.amount
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv_export.writer(out)
     writer.writerow(MONTH_CSV_COLUMNS)
     for (team, user, chip, template, cls, kind, rate, multiplier), (hours, amount) in rows.items():
         writer.writerow([month, team, user, chip, template, cls, kind, hours, rate, multiplier, amount, currency])
@@ -198,7 +200,7 @@ def month_csv(month: str, currency: str, breakdown: Breakdown) -> str:
 
 def jobs_csv(month: str, currency: str, breakdown: Breakdown) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv_export.writer(out)
     writer.writerow(JOBS_CSV_COLUMNS)
     for job in breakdown.per_job():
         writer.writerow([month, *(job[c] if job[c] is not None else "" for c in JOBS_CSV_COLUMNS[1:-1]), currency])

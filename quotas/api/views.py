@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from npuportal.api_errors import Conflict
+from npuportal.api_parsers import FormatSuffixes
 from quotas.accounting.statements import team_cost
 from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
 from quotas.api.errors import error_response, error_responses
@@ -111,7 +112,7 @@ def usage_body(team: Team, active: ActivePolicy, month: str | None, now: Any) ->
 @extend_schema_view(
     list=extend_schema(summary="Your teams (admins: all)", responses={200: TeamSerializer, **error_responses(401)}),
 )
-class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+class TeamViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
     serializer_class = TeamSerializer
     filterset_class = TeamFilterSet
     lookup_field = "name"
@@ -250,7 +251,7 @@ def _nested_errors(errors: dict[str, str]) -> dict[str, Any]:
         summary="One version with its YAML", responses={200: PolicyDetailSerializer, **error_responses(401, 403, 404)}
     ),
 )
-class PolicyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class PolicyViewSet(FormatSuffixes, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Versioned scheduling policy; admins only."""
 
     permission_classes = [IsAuthenticated, IsAdmin]
@@ -421,7 +422,7 @@ class PolicyViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     ),
     destroy=extend_schema(summary="Revoke one of your tokens", responses={204: None, **error_responses(401, 404)}),
 )
-class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+class ApiTokenViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     serializer_class = ApiTokenSerializer
     lookup_value_regex = r"\d{1,18}"
 

@@ -37,6 +37,7 @@ from rest_framework.response import Response
 from npuportal import api_filters
 from npuportal.api_errors import Conflict
 from npuportal.api_pagination import KeysetPagination
+from npuportal.api_parsers import FormatSuffixes
 from quotas.api.errors import error_responses
 from quotas.api.serializers import json_safe
 from quotas.models import Team
@@ -114,6 +115,19 @@ class NodeNames(Aggregate):
         )
 
 
+#: The job log's query numbers (least, most): :func:`_whole` enforces them and the schema states them.
+LOG_OFFSET = (0, 2**62)
+LOG_TAIL = (0, output_service.MAX_TAIL_LINES)
+LOG_ATTEMPT = (1, 10**6)
+
+
+def _bounded(name: str, bounds: tuple[int, int], description: str) -> OpenApiParameter:
+    """A whole-number query parameter whose schema carries the bounds the view enforces."""
+    return OpenApiParameter(
+        name, {"type": "integer", "minimum": bounds[0], "maximum": bounds[1]}, description=description
+    )
+
+
 class JobPagination(KeysetPagination):
     """Jobs newest first, on the (team, state,) submitted_at, id indexes; no COUNT at any size."""
 
@@ -179,7 +193,7 @@ class JobFilterSet(api_filters.FilterSet):
         responses={200: JobDetailSerializer, **error_responses(401, 404)},
     ),
 )
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     filterset_class = JobFilterSet
     pagination_class = JobPagination
@@ -313,9 +327,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             "is kept when it ends, so it stays readable after the node is gone."
         ),
         parameters=[
-            OpenApiParameter("offset", int, description="byte offset to continue from (0: the start)"),
-            OpenApiParameter("tail", int, description=f"the last N lines, 0 to {output_service.MAX_TAIL_LINES}"),
-            OpenApiParameter("attempt", int, description="which run, 1 for the first start (default: the latest)"),
+            _bounded("offset", LOG_OFFSET, "byte offset to continue from (0: the start)"),
+            _bounded("tail", LOG_TAIL, f"the last N lines, 0 to {output_service.MAX_TAIL_LINES}"),
+            _bounded("attempt", LOG_ATTEMPT, "which run, 1 for the first start (default: the latest)"),
             OpenApiParameter("node", str, description="which node of the run (default: its first)"),
         ],
         responses={200: JobOutputSerializer, **error_responses(400, 401, 404)},
@@ -327,9 +341,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         try:
             answer = output_service.read_output(
                 job,
-                offset=_whole(query, "offset", 2**62),
-                tail=_whole(query, "tail", output_service.MAX_TAIL_LINES),
-                attempt=_whole(query, "attempt", 10**6, least=1),
+                offset=_whole(query, "offset", LOG_OFFSET),
+                tail=_whole(query, "tail", LOG_TAIL),
+                attempt=_whole(query, "attempt", LOG_ATTEMPT),
                 node=query.get("node") or None,
             )
         except output_service.OutputError as exc:
@@ -355,8 +369,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(json_safe(breakdown))
 
 
-def _whole(query: Any, name: str, maximum: int, least: int = 0) -> int | None:
-    """A whole number ``least``..``maximum`` from the query string, None when absent; a 400 naming it otherwise."""
+def _whole(query: Any, name: str, bounds: tuple[int, int]) -> int | None:
+    """A whole number within ``bounds`` from the query string, None when absent; a 400 naming it otherwise."""
+    least, maximum = bounds
     raw = query.get(name)
     if raw is None or raw == "":
         return None
