@@ -287,6 +287,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
+#: Each web worker writes one small PDF in the background 30 s after it starts, so the first statement
+#: someone opens is not the one that pays WeasyPrint's start-up (quotas/accounting/pdf_warmup.py).
+PDF_WARMUP = _env_bool("NPUPORTAL_PDF_WARMUP", True)
+
 #: Seconds between scheduling ticks (Celery beat).
 TICK_INTERVAL_S = _env_number("NPUPORTAL_TICK_INTERVAL", 3, minimum=0.1)
 #: Seconds between agent polls (health and job states).
