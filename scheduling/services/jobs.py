@@ -222,7 +222,7 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise SubmissionError(field_name, "must be a positive whole number of seconds")
         if value > MAX_DURATION_S:
-            raise SubmissionError(field_name, f"must be at most {MAX_DURATION_S} seconds (366 days)")
+            raise SubmissionError(field_name, f"must be at most {MAX_DURATION_S // 86400} days")
     max_s = spec.max_duration_s
     if quota.max_job_duration_s is not None:
         limit = duration_words(quota.max_job_duration_s)
