@@ -14,6 +14,8 @@ import time
 import pytest
 from django.test import Client
 
+from devices.models import Node
+from devices.services.polling import reported_account
 from npuctl.main import runs_as
 from scheduling.models import Job
 from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, submit, tick
@@ -65,3 +67,13 @@ def test_npuctl_show_says_runs_as_in_every_case() -> None:
     assert runs_as({"posix_user": "ana", "ran_as": ""}) == "ana (asked for; not reported by a node agent yet)"
     assert runs_as({"posix_user": "ana", "ran_as": "root"}) == "root (as the node agent reported; asked for ana)"
     assert runs_as({"ran_as": "root"}) == "root"  # an older server without posix_user
+
+
+def test_a_run_whose_nodes_differ_names_each_account_with_its_node(demo) -> None:
+    a, b = Node.objects.get(name="ascend-b4-01"), Node.objects.get(name="ascend-b4-02")
+    assert reported_account({a.pk: {"user": "ana"}, b.pk: {"user": "ana"}}) == "ana"
+    assert (
+        reported_account({a.pk: {"user": "ana"}, b.pk: {"user": "root"}}) == "ana on ascend-b4-01, root on ascend-b4-02"
+    )
+    assert reported_account({a.pk: {"user": None}, b.pk: {}}) == "", "an agent that does not say is not guessed for"
+    assert reported_account({a.pk: {"user": "x\ny"}}) == "", "only a printable account name is kept"
