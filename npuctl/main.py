@@ -311,6 +311,15 @@ def cmd_cancel(api: Client, args: argparse.Namespace) -> int:
     return worst
 
 
+def runs_as(job: dict[str, Any]) -> str:
+    """The account as the node agents reported it (``ran_as``), and the one asked for when they differ."""
+    asked = job.get("posix_user") or ""
+    ran = job.get("ran_as") or ""
+    if not ran:
+        return f"{asked} (asked for; not reported by a node agent yet)" if asked else ""
+    return ran if not asked or ran == asked else f"{ran} (as the node agent reported; asked for {asked})"
+
+
 def cmd_show(api: Client, args: argparse.Namespace) -> int:
     try:
         job = api.get(f"jobs/{args.job}/")
@@ -362,8 +371,8 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         )
     if job.get("array_id"):
         fields.append(("array", f"{job['array_id']}[{job['array_index']}]"))
-    if job.get("posix_user"):
-        fields.append(("runs as", job["posix_user"]))
+    if job.get("ran_as") or job.get("posix_user"):
+        fields.append(("runs as", runs_as(job)))
     if job.get("cwd"):
         fields.append(("chdir", job["cwd"]))
     if job.get("output"):

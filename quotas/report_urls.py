@@ -10,6 +10,7 @@ urlpatterns = [
     path("<str:month>/jobs.csv", report_views.jobs_csv, name="reports-jobs-csv"),
     path("<str:month>/team/<str:team>.csv", report_views.team_csv, name="reports-team-csv"),
     path("rates/", report_views.rate_cards, name="reports-rates"),
+    path("statements/", report_views.statements_latest, name="reports-statements"),
     path("statement/<str:team>/<str:month>.csv", report_views.statement_csv, name="reports-statement-csv"),
     path("statement/<str:team>/<str:month>.pdf", report_views.statement_pdf, name="reports-statement-pdf"),
     path("statement/<str:team>/<str:month>/", report_views.statement_page, name="reports-statement"),

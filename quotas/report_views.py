@@ -20,6 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 
 from quotas.accounting.exports import jobs_csv as jobs_csv_text
@@ -30,6 +31,7 @@ from quotas.accounting.statements import CLUSTER, statement_for
 from quotas.models import AuditEvent, ClassMultiplier, Membership, Rate, RateCard, Statement, Team
 from quotas.roles import FINANCE_GROUP
 from quotas.services import active_policy
+from scheduling.api.views import visible_jobs
 from scheduling.engine.policy import zone
 from scheduling.services.usage import UsageError, month_of
 
@@ -115,6 +117,11 @@ def reports_index(request: HttpRequest) -> HttpResponse:
         {"label": s.team.name if s.team_id else CLUSTER, "statement": s}
         for s in sorted(statements, key=lambda s: (s.team_id is None, s.team.name if s.team_id else ""))
     ]
+    # A job is linked only for a reader who may open its page (finance reads costs, not jobs).
+    ids = [j["job_id"] for j in data["top_jobs"] if j.get("job_id")]
+    openable = set(visible_jobs(request.user).filter(pk__in=ids).values_list("pk", flat=True)) if ids else set()
+    for job in data["top_jobs"]:
+        job["link"] = job.get("job_id") in openable
     return render(
         request,
         "reports/index.html",
@@ -126,8 +133,43 @@ def reports_index(request: HttpRequest) -> HttpResponse:
             "after": after,
             "finance": teams is None,
             "team_names": [t.name for t in teams] if teams is not None else None,
+            "team_total": table_total(data["table"]),
+            "user_total": user_total(data["users"]),
         },
     )
+
+
+def table_total(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The per-team table's grand total: device-hours used and everything charged (the idle row included)."""
+    hours = sum((Decimal(r["device_hours"]) for r in rows if r["device_hours"]), Decimal("0"))
+    cost = sum((Decimal(r["cost"]) for r in rows if r["cost"]), Decimal("0"))
+    return {"device_hours": f"{hours:.1f}", "cost": f"{cost:.2f}"}
+
+
+def user_total(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The per-user table's grand total: jobs, device-hours and cost."""
+    return {
+        "jobs": str(sum(int(r["jobs"]) for r in rows)),
+        "device_hours": f"{sum((Decimal(r['device_hours']) for r in rows), Decimal('0')):.1f}",
+        "amount": f"{sum((Decimal(r['amount']) for r in rows), Decimal('0')):.2f}",
+    }
+
+
+@login_required
+def statements_latest(request: HttpRequest) -> HttpResponse:
+    """The menu's *Statements*: the reports of the last month with closed statements the reader may see."""
+    try:
+        teams = report_teams(request.user)
+    except PermissionDenied as exc:
+        return _forbidden(request, str(exc))
+    closed = Statement.objects.filter(closed_at__isnull=False)
+    if teams is not None:
+        closed = closed.filter(team__in=teams)
+    month = closed.order_by("-month").values_list("month", flat=True).first()
+    if month is None:  # nothing closed yet: last month, whose page says its statements are to come
+        policy = active_policy().policy
+        month = month_of(policy, month_of(policy, timezone.now()).start - timedelta(microseconds=1)).label
+    return redirect(f"{reverse('reports')}?month={month}#statements")
 
 
 def _csv(text: str, filename: str) -> HttpResponse:

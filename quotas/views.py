@@ -212,11 +212,16 @@ def team_quota(request: HttpRequest) -> HttpResponse:
     heatmaps = {}
     for name in names:
         grid = week_grid(policy, name, week_start)
+        z = [[cell["max"] if cell["max"] is not None else None for cell in row] for row in grid]
+        caps = {v for row in z for v in row}
         heatmaps[name] = {
-            "z": [[cell["max"] if cell["max"] is not None else None for cell in row] for row in grid],
+            "z": z,
             "g": [[cell["guaranteed"] for cell in row] for row in grid],
             "text": [[cell["schedule"] or "base" for cell in row] for row in grid],
             "y": [f"{row[0]['weekday']} {row[0]['date']}" for row in grid],
+            # One value all week (or no cap at all): said in words, and the colour scale starts at 0
+            # either way, so a constant 24 is not drawn as the bottom of a scale from 23.5 to 24.5.
+            "constant": next(iter(caps)) if len(caps) == 1 else "varies",
         }
     return render(
         request,

@@ -444,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["NPUPORTAL_VAR_DIR"] = str(var)
     os.environ["SECRET_KEY"] = secrets.token_urlsafe(40)
     os.environ["NPUPORTAL_CACHE_PREFIX"] = f"bench-http-{secrets.token_hex(4)}"
+    os.environ["NPUPORTAL_PDF_WARMUP"] = "false"  # its CPU would land in a measured phase
     sys.path.insert(0, str(ROOT))
     server = None
     try:

@@ -5,11 +5,20 @@ The build goes to ``build/engine/<digest of the sources>/`` (see
 place, so a build interrupted half way is never picked up. An existing build of
 the same sources is kept (nothing to do); older builds are removed. Exits
 non-zero when compiling fails; the engine then runs as plain Python.
+
+``--background`` is for ``make run``, which must not keep a newcomer waiting for the compiler
+(a minute or two on a 2-core machine): with a build of these sources it prints ``auto`` (the
+processes take the build); without one it starts the build in a detached, lowest-priority
+process (its output in ``var/engine-build.log``), prints ``python`` — the run serves on the
+plain-Python core, which decides exactly the same — and the next start takes the build. It says
+which on stderr. ``NPUPORTAL_ENGINE=python`` or ``compiled`` in the environment is obeyed as
+given (``compiled`` builds first, in the foreground, as before).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shutil
 import subprocess
@@ -38,19 +47,11 @@ setup(
 def build(force: bool = False, quiet: bool = False) -> Path:
     """Compile the engine unless a build of these sources exists; returns its folder."""
     env = dict(os.environ, NPUPORTAL_ENGINE="python")
-    sys_env = os.environ.get("NPUPORTAL_ENGINE")
-    # Import the package as plain Python: under NPUPORTAL_ENGINE=compiled (CI) it would refuse to
+    # Read as plain Python: under NPUPORTAL_ENGINE=compiled (CI) the package would refuse to
     # import before the build it is about to get exists.
-    os.environ["NPUPORTAL_ENGINE"] = "python"
-    try:
-        from scheduling import engine
-    finally:
-        if sys_env is None:
-            del os.environ["NPUPORTAL_ENGINE"]
-        else:
-            os.environ["NPUPORTAL_ENGINE"] = sys_env
-    digest = engine.source_digest()
-    target = engine.build_dir(digest)
+    digest, target = _digest_and_target()
+    from scheduling import engine
+
     if target.exists() and not force:
         if not quiet:
             print(f"engine build {digest} is up to date ({target})")
@@ -81,11 +82,110 @@ def build(force: bool = False, quiet: bool = False) -> Path:
     return target
 
 
+def _digest_and_target() -> tuple[str, Path]:
+    """The digest of these sources and the folder of their build, read with the plain-Python package."""
+    saved = os.environ.get("NPUPORTAL_ENGINE")
+    os.environ["NPUPORTAL_ENGINE"] = "python"
+    try:
+        from scheduling import engine
+    finally:
+        if saved is None:
+            del os.environ["NPUPORTAL_ENGINE"]
+        else:
+            os.environ["NPUPORTAL_ENGINE"] = saved
+    digest = engine.source_digest()
+    return digest, engine.build_dir(digest)
+
+
+def var_dir() -> Path:
+    """Where ``make run`` keeps its state (``NPUPORTAL_VAR_DIR``, as the settings read it), for the build's log."""
+    return Path(os.environ.get("NPUPORTAL_VAR_DIR") or ROOT / "var")
+
+
+def for_run() -> str:
+    """The ``NPUPORTAL_ENGINE`` a ``make run`` should start with; builds in the background when needed.
+
+    Prints what it decided on stderr, for the run's log.
+    """
+    asked = (os.environ.get("NPUPORTAL_ENGINE") or "auto").strip().lower()
+    if asked == "python":
+        _say("engine: the plain-Python core (NPUPORTAL_ENGINE=python)")
+        return "python"
+    if asked == "compiled":
+        build(quiet=True)
+        _say("engine: the compiled core (NPUPORTAL_ENGINE=compiled)")
+        return "compiled"
+    digest, target = _digest_and_target()
+    if target.exists():
+        _say(f"engine: the compiled core (build {digest})")
+        return "auto"
+    log = var_dir() / "engine-build.log"
+    if start_background_build(log):
+        _say(
+            "engine: serving on the plain-Python core for this run (it decides the same); the compiled core is "
+            f"building in the background ({log}) and is used from the next start"
+        )
+    else:
+        _say(f"engine: serving on the plain-Python core; the compiled core is still building ({log})")
+    return "python"
+
+
+def start_background_build(log: Path) -> bool:
+    """Start ``python -m scheduling.build_engine`` detached, at the lowest priority; False if one is running.
+
+    A lock file beside the log, held by the building process, keeps two starts from compiling twice.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    lock = log.with_suffix(".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    with log.open("ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "scheduling.build_engine", "--lock", str(lock)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # not stopped by the run's Ctrl-C: the next start wants the build
+            preexec_fn=lambda: os.nice(19),  # the run being started comes first
+        )
+    return True
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="build even if a build of these sources exists")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="for make run: print the NPUPORTAL_ENGINE to start with, building in the background if needed",
+    )
+    parser.add_argument("--lock", type=Path, help=argparse.SUPPRESS)  # held while building (--background's child)
     args = parser.parse_args(argv)
+    if args.background:
+        print(for_run(), flush=True)
+        return
+    if args.lock is not None:
+        fd = os.open(args.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("another build of the engine is running", flush=True)
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for whoever must stop it
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} building the compiled engine (pid {os.getpid()})", flush=True)
     build(force=args.force, quiet=args.quiet)
 
 

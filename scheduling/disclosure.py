@@ -51,20 +51,30 @@ def other_job_text(viewer: Viewer, job_id: int | None, team_id: int | None, team
     return f"job #{job_id}"
 
 
-def event_detail(event: JobEvent, viewer: Viewer) -> str:
+def event_detail(event: JobEvent, viewer: Viewer, *, words: bool = False) -> str:
     """The event's detail as ``viewer`` may read it: ``GuaranteeReclaim for a job of another team``.
 
     A refused launch names the job whose run held the device the same way (``...; held by job #6``).
+    ``words``: for a person (the console): a preemption's cause in a sentence instead of its code
+    (``Your team was borrowing devices ... back — for a job of another team``); the API keeps the code.
 
     Reads ``event.other_job.team``: load events with ``select_related("other_job__team")``.
     """
+    detail = event.detail
+    preemption = event.reason == "PreemptionScheduled"
+    if words and preemption and detail:
+        from scheduling.reason_text import preemption_cause
+
+        detail = preemption_cause(detail)
     if event.other_job_id is None:
-        return event.detail
+        return detail
     other = event.other_job
     text = other_job_text(viewer, event.other_job_id, other.team_id, other.team.name)
-    if event.reason != "PreemptionScheduled":  # a launch refused: the job whose run held the device
-        return f"{event.detail}; held by {text}"
-    return f"{event.detail} for {text}" if event.detail else f"for {text}"
+    if not preemption:  # a launch refused: the job whose run held the device
+        return f"{detail}; held by {text}"
+    if not detail:
+        return f"for {text}"
+    return f"{detail} — for {text}" if words else f"{detail} for {text}"
 
 
 def events_of(job: Job) -> Iterable[JobEvent]:

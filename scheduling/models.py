@@ -70,6 +70,12 @@ class Job(models.Model):
     output = models.CharField(
         max_length=1024, blank=True, help_text="File on its nodes the job's output is also appended to"
     )
+    ran_as = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The POSIX account its node agents report running its latest run as ('root'; 'ana on n1, "
+        "root on n2' when they differ); empty until an agent has reported it",
+    )
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -1,24 +1,21 @@
-"""Plain words for the reason codes users see next to a waiting job."""
+"""Plain words for the reason codes people see: why a job waits, and what each event of its life was.
+
+Codes are for scripts (the API and ``npuctl --json`` keep them); words are for people. A waiting
+reason the engine gives has its sentence in the engine's own table (``scheduling.engine.reasons.TEXT``,
+which ``explain`` and ``sprio`` read too); the codes only the portal gives a waiting job (a requeue's
+cause, a fresh submission) have theirs here. No code is in both, so each has one sentence.
+"""
 
 from __future__ import annotations
 
+import re
 import signal
 
-TEXT = {
+from scheduling.engine import reasons
+
+#: Waiting reasons the portal gives (not the engine): a job just submitted, or queued again after a fault.
+PORTAL_TEXT = {
     "Submitted": "Just submitted; the scheduler looks at it within seconds.",
-    "Priority": "Jobs with higher priority are ahead of it in the queue.",
-    "Resources": "Not enough free devices of the kind it needs right now.",
-    "QuotaMaxDevices": "Your team is at its device limit (max quota) for now.",
-    "QuotaMaxJobs": "Your team is at its limit of concurrent jobs.",
-    "QuotaMaxDuration": "The job asks for longer than your team's maximum job duration.",
-    "QuotaClassNotAllowed": "Your team may not use this priority class.",
-    "MonthlyBudgetExhausted": "Your team has used its device-hours for this month.",
-    "ReservedCapacity": "The free devices are reserved for another priority class.",
-    "Topology": "No placement fits its shape (devices per node, rings or whole nodes).",
-    "ChipModelUnavailable": "The cluster has no devices of the chip model it asks for.",
-    "NodeUnhealthy": "The devices it could use are unhealthy, cordoned or down.",
-    "NeverRunnable": "It can never run under the current policy and cluster: cancel it, or ask an admin.",
-    "PreemptionGrace": "Devices are being reclaimed for it; lower-priority jobs get a grace period to finish.",
     "Preempted": "It was preempted and is queued again, keeping its place by submit time.",
     "DeviceFailed": "Its device failed; it was requeued to run elsewhere.",
     "NodeUnreachable": "Its node stopped answering; it was requeued.",
@@ -29,6 +26,28 @@ TEXT = {
     "Killed": "Its process was killed by a signal.",
     "OutOfMemory": "The kernel killed it for using more memory than its limit.",
 }
+
+#: Each event reason's name in words, the events table's first column ("Preemption scheduled");
+#: the code stays beside it, and in the API, for scripts.
+EVENT_NAMES = {
+    "Submitted": "Submitted",
+    "Scheduled": "Started",
+    "PreemptionScheduled": "Preemption scheduled",
+    "PreemptionCalledOff": "Preemption called off",
+    "Preempted": "Preempted",
+    "Cancelled": "Cancelled",
+    "Completed": "Completed",
+    "NonZeroExit": "Failed",
+    "OutOfMemory": "Out of memory",
+    "Walltime": "Run time limit reached",
+    "Killed": "Killed",
+    "LaunchFailed": "Launch failed",
+    "LostOnAgent": "Lost on its node",
+    "NodeUnreachable": "Node stopped answering",
+    "DeviceFailed": "Device failed",
+    reasons.NEVER_RUNNABLE: "Can never run",
+}
+
 
 #: Event reasons that say more about how a job ended than its exit code does.
 _END_REASONS = {
@@ -71,12 +90,24 @@ def signal_name(number: int) -> str:
 
 
 def reason_text(code: str) -> str:
-    try:
-        from scheduling.engine import reasons
+    """The sentence for waiting reason ``code`` (the code itself when it has none)."""
+    return reasons.TEXT.get(code) or PORTAL_TEXT.get(code) or code
 
-        text = getattr(reasons, "REASON_TEXT", {}).get(code)
-        if text:
-            return text
-    except ImportError:
-        pass
-    return TEXT.get(code, code)
+
+def event_name(code: str) -> str:
+    """An event reason in words: ``Preemption scheduled`` for ``PreemptionScheduled``.
+
+    A code with no name here (a future one) is split at its capitals, so it still reads as words.
+    """
+    if not code:
+        return ""
+    found = EVENT_NAMES.get(code)
+    if found:
+        return found
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", code).split()
+    return " ".join([words[0], *(w.lower() for w in words[1:])]) if words else code
+
+
+def preemption_cause(code: str) -> str:
+    """Why a running job is asked to leave, from its ``PreemptionScheduled`` event's detail (a code)."""
+    return reasons.TEXT.get(code, code).rstrip(".")

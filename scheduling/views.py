@@ -197,7 +197,11 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         else:
             first = jobs[0]
             if not copies:
-                messages.success(request, f"Job #{first.pk} is queued; the scheduler looks at it within seconds.")
+                messages.success(
+                    request,
+                    f"Job #{first.pk} is queued; the scheduler looks at it within seconds.",
+                    extra_tags="job-queued",  # shown only while the job waits (templates/job_detail.html)
+                )
                 return redirect("console-job-detail", pk=first.pk)
             messages.success(
                 request,
@@ -282,7 +286,8 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     context["audit"] = (
         AuditEvent.objects.filter(target=node.name).select_related("actor")[:20] if request.user.is_staff else []
     )
-    context["health"] = node.health_events.select_related("device").order_by("-at")[:20]
+    context["health"] = node.health_events.select_related("device").order_by("-at", "-id")[:HEALTH_ROWS]
+    context["health_limit"] = HEALTH_ROWS
     return render(request, "node_detail.html", context)
 
 
@@ -291,6 +296,9 @@ def node_detail_live(request: HttpRequest, name: str) -> HttpResponse:
     """The node's state line and device table."""
     return render(request, "live/node.html", _node_live(request, name))
 
+
+#: Health events a node's page lists, newest first.
+HEALTH_ROWS = 20
 
 #: Node operations that take cards out of service: asked before they are done.
 NODE_QUESTIONS = {
@@ -307,8 +315,11 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     ops = {"cordon": operations.cordon_node, "drain": operations.drain_node, "uncordon": operations.uncordon_node}
     if action not in ops:
         raise Http404("unknown action")
+    node = get_object_or_404(Node, name=name)
+    if node.removed_at is not None:  # read-only; asked before any question (the page offers no button)
+        messages.error(request, str(operations.NodeRemoved(node)))
+        return redirect("console-node-detail", name=name)
     if action in NODE_QUESTIONS and not confirmed(request):
-        get_object_or_404(Node, name=name)
         return confirmation_page(
             request,
             NODE_QUESTIONS[action].format(name=name),
@@ -319,6 +330,9 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
         result = ops[action](name, actor=request.user, reason=request.POST.get("reason", ""))
     except Node.DoesNotExist as exc:
         raise Http404("no such node") from exc
+    except operations.NodeRemoved as exc:  # removed between the page and the click
+        messages.error(request, str(exc))
+        return redirect("console-node-detail", name=name)
     if result.changed:
         messages.success(request, f"{name}: {result.previous} → {result.node.state}.")
     else:

@@ -115,12 +115,12 @@ def test_the_api_refusing_exits_1_with_its_sentence(cli) -> None:
     code, out, err = cli("member", "submit", "--devices", "25", "--", "x")
     assert (code, out) == (1, "")
     assert err == (
-        "npuctl: num_devices: this job can never run here: asks for 25 devices; "
-        "no chip model has that many (910B4: 16, 910A: 8, 310P3: 4)\n"
+        "npuctl: num_devices: this job can never run here: a 25-card job; "
+        "no chip model has that many cards (910B4: 16, 910A: 8, 310P3: 4)\n"
     ), err
     code, _, err = cli("member", "submit", "--devices", "17", "--chip", "910B4", "--array", "3", "--", "x")
     assert code == 1 and err == (
-        "npuctl: num_devices: this job can never run here: asks for 17 devices; the cluster has 16 of 910B4\n"
+        "npuctl: num_devices: this job can never run here: a 17-card job; the cluster has 16 cards of 910B4\n"
     ), err
     code, _, err = cli("member", "submit", "--team", "research", "--", "x")
     assert code == 1 and "team" in err

@@ -63,7 +63,7 @@ def test_a_never_runnable_job_offers_its_cancel(demo, user_factory, page) -> Non
     )
     login(page, "rosa", "pw-rosa")
     page.goto("/jobs/")
-    expect(page.get_by_text("It can never run under the current policy and cluster")).to_be_visible()
+    expect(page.get_by_text("The job can never run under the current policy and cluster")).to_be_visible()
     page.get_by_role("link", name=f"#{job.pk} huge").click()
     box = page.locator("#never-runnable")
     expect(box).to_contain_text("This job will never start: cannot run under the current policy")

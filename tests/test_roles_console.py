@@ -314,11 +314,11 @@ def test_a_never_runnable_job_says_why_and_offers_to_cancel(demo, client, user_f
     client.force_login(lead)
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert 'id="never-runnable"' in html and "This job will never start" in html
-    assert "It can never run under the current policy and cluster" in html and escape(detail) in html
+    assert "The job can never run under the current policy and cluster" in html and escape(detail) in html
     assert ">Cancel this job</button>" in html and html.count("Cancel job</button>") == 0
     assert f'data-confirm="Cancel job #{job.pk} (sweep)?"' in html
     listing = client.get("/jobs/").content.decode()
-    assert "It can never run under the current policy and cluster" in listing and escape(detail) in listing
+    assert "The job can never run under the current policy and cluster" in listing and escape(detail) in listing
 
 
 def test_finance_sees_no_jobs_and_json_stays_json(demo, client) -> None:

@@ -39,7 +39,7 @@ def nodes_with_devices() -> QuerySet[Node]:
 
 _OPERATION = {
     "request": NodeOperationSerializer,
-    "responses": {200: NodeDetailSerializer, **error_responses(400, 401, 403, 404)},
+    "responses": {200: NodeDetailSerializer, **error_responses(400, 401, 403, 404, 409)},
 }
 
 
@@ -120,7 +120,10 @@ class NodeViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
         node = self.get_object()
         incoming = NodeOperationSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        use_case(node.name, actor=request.user, reason=incoming.validated_data["reason"])  # type: ignore[operator]
+        try:
+            use_case(node.name, actor=request.user, reason=incoming.validated_data["reason"])  # type: ignore[operator]
+        except operations.NodeRemoved as exc:  # read-only: it says when it was removed
+            return error_response(409, str(exc), field="name")
         return Response(NodeDetailSerializer(self.get_object(), context={"request": request}).data)
 
     @extend_schema(summary="Cordon: no new work on the node; running work stays (admins)", **_OPERATION)

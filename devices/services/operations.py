@@ -12,6 +12,9 @@ the operator's reason as the cause (``cordon: replace fan``).
 The tick reads ``Node.state`` (only ``ready`` nodes get new work), so a change
 takes effect at the next tick. Asking for the state a node is already in
 changes nothing and writes no audit event, so scripts may repeat themselves.
+
+A removed node (``manage.py nodes remove``) is read-only: its rows stay for their history, and
+each of these refuses it with :class:`NodeRemoved`, which says when it was removed.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from devices.models import Node
 from devices.services import inventory
@@ -29,6 +33,19 @@ from scheduling.models import Job
 
 #: Longest reason kept with an operation.
 MAX_REASON = 300
+
+
+class NodeRemoved(Exception):
+    """The node left the inventory: nothing about it changes any more."""
+
+    def __init__(self, node: Node) -> None:
+        assert node.removed_at is not None
+        self.node = node
+        when = timezone.localtime(node.removed_at).strftime("%Y-%m-%d %H:%M %Z")
+        super().__init__(
+            f"node {node.name} was removed from the inventory on {when}: a removed node cannot be cordoned, "
+            "drained or uncordoned (add it again with `manage.py nodes add` to use it)"
+        )
 
 
 @dataclass(frozen=True)
@@ -47,8 +64,10 @@ def _running_jobs(node: Node) -> int:
 
 
 def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser | None, reason: str) -> NodeOperation:
-    """Move node ``name`` to ``target`` and audit it. Raises ``Node.DoesNotExist``."""
+    """Move node ``name`` to ``target`` and audit it. Raises ``Node.DoesNotExist``, or :class:`NodeRemoved`."""
     node = Node.objects.select_for_update().get(name=name)
+    if node.removed_at is not None:
+        raise NodeRemoved(node)
     previous = node.state
     if previous == target or (target == Node.State.DRAINING and previous == Node.State.DRAINED):
         return NodeOperation(node=node, changed=False, previous=previous)

@@ -469,6 +469,7 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
 
     address = AgentAddress.of(node)
     by_id = {str(r.get("job_id")): r for r in result.jobs or ()}
+    _note_accounts(node, by_id, seen)
     rows = list(Job.objects.filter(pk__in=_running_jobs_on(node.pk)).values_list("pk", "launched", "agent_job_id"))
     attempts = current_attempts(pk for pk, _, _ in rows)
     expected: set[str] = set()
@@ -550,6 +551,37 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
         if record.get("state") == "running" and run_id not in expected and PORTAL_JOB_ID.fullmatch(run_id):
             actions.stops.append(Stop(address, run_id, EVICT_GRACE_S, "not running on this node in the database"))
             summary.stale_stopped.append(f"{node.name}:{run_id}")
+
+
+def _note_accounts(node: Node, by_id: dict[str, dict[str, Any]], seen: SeenJobs) -> None:
+    """Keep on each job running here the POSIX account its agents say its current run runs as (``Job.ran_as``).
+
+    What the agent did, not what the portal asked for: an agent that cannot switch accounts runs
+    every job as itself (docs/agent.md#accounts), and the job's page must say so.
+    """
+    rows = (
+        Job.objects.filter(pk__in=_running_jobs_on(node.pk))
+        .exclude(agent_job_id="")
+        .values_list("pk", "agent_job_id", "ran_as")
+    )
+    for pk, run_id, stored in rows:
+        parts = seen.get(run_id) or ({node.pk: by_id[run_id]} if run_id in by_id else {})
+        reported = reported_account(parts)
+        if reported and reported != stored:
+            Job.objects.filter(pk=pk).update(ran_as=reported)
+
+
+def reported_account(parts: dict[int, dict[str, Any]]) -> str:
+    """``root``, or ``ana on n1, root on n2`` when the nodes of one run differ; '' when none says."""
+    accounts = {
+        node_id: record["user"][:64]
+        for node_id, record in parts.items()
+        if isinstance(record.get("user"), str) and record["user"].isprintable() and record["user"]
+    }
+    if len(set(accounts.values())) <= 1:
+        return next(iter(accounts.values()), "")
+    names = dict(Node.objects.filter(pk__in=accounts).values_list("pk", "name"))
+    return ", ".join(sorted(f"{account} on {names.get(n, n)}" for n, account in accounts.items()))[:200]
 
 
 def _all_parts_running(job_id: int, run_id: str, seen: SeenJobs) -> bool:

@@ -6,27 +6,20 @@ strings ("1843.20"), never floats. Every CSV goes through
 :mod:`npuportal.csv_export`: a name that starts like a spreadsheet formula gets
 a ``'`` in front, numbers stay numbers.
 
-The PDF is the printable page rendered by WeasyPrint; its two charts are
-Plotly figures turned into PNG by kaleido, driving Debian's chromium
-(``/usr/bin/chromium``, or the ``CHROMIUM_PATH`` setting). Where kaleido or chromium is
-missing the same charts are drawn as plain inline SVG bars instead, so a
-statement always prints.
+The PDF is the printable page rendered by WeasyPrint, its two charts drawn as
+SVG by :mod:`quotas.accounting.statement_charts`: no browser, so a one-page
+statement is ready in well under a second.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import io
 import json
 import logging
-import os
 from collections.abc import Iterable
 from decimal import Decimal
-from html import escape
 from typing import Any
 
-from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -39,8 +32,8 @@ from quotas.services import active_policy
 from scheduling.services.usage import month_of
 
 log = logging.getLogger(__name__)
-# kaleido, choreographer and WeasyPrint narrate every step at INFO: keep the console's log readable.
-for _chatty in ("kaleido", "choreographer", "weasyprint", "fontTools"):
+# WeasyPrint and fontTools narrate every step at INFO: keep the console's log readable.
+for _chatty in ("weasyprint", "fontTools"):
     logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 CSV_COLUMNS = [
@@ -238,91 +231,15 @@ def statement_context(statement: Statement) -> dict[str, Any]:
     }
 
 
-def _figures(context: dict[str, Any]) -> list[tuple[str, Any]]:
-    import plotly.graph_objects as go
-
-    currency = context["statement"].currency
-    cost = go.Figure(go.Bar(x=context["cost_chart"]["x"], y=context["cost_chart"]["y"], marker_color="#0b5cad"))
-    cost.update_layout(title=f"Amount by chip model ({currency})", margin={"l": 60, "r": 20, "t": 50, "b": 40})
-    figures = [("Amount by chip model", cost)]
-    if context["daily_chart"]["x"]:
-        daily = go.Figure(go.Bar(x=context["daily_chart"]["x"], y=context["daily_chart"]["y"], marker_color="#1a7f37"))
-        daily.update_layout(title="Device-hours per day", margin={"l": 60, "r": 20, "t": 50, "b": 40})
-        figures.append(("Device-hours per day", daily))
-    return figures
-
-
-def chromium_path() -> str:
-    """Debian's chromium, unless the settings name another (``CHROMIUM_PATH``)."""
-    return str(getattr(settings, "CHROMIUM_PATH", "/usr/bin/chromium"))
-
-
-def kaleido_images(figures: list[Any], *, width: int = 900, height: int = 320) -> list[bytes]:
-    """PNG images of Plotly figures, all in one headless chromium session (kaleido v1 + choreographer)."""
-    import kaleido
-
-    async def render() -> list[bytes]:
-        images = []
-        async with kaleido.Kaleido(path=chromium_path(), mathjax=False) as k:
-            for fig in figures:
-                opts = {"format": "png", "width": width, "height": height, "scale": 1}
-                images.append(await k.calc_fig(fig, opts=opts))
-        return images
-
-    return asyncio.run(render())
-
-
-def svg_bars(title: str, x: list[str], y: list[float], *, width: int = 900, height: int = 300) -> str:
-    """A plain SVG bar chart: the fallback when chromium cannot draw the Plotly figure."""
-    left, bottom, top = 60, 40, 36
-    plot_w, plot_h = width - left - 20, height - bottom - top
-    peak = max([v for v in y if v > 0] or [1.0])
-    step = plot_w / max(1, len(x))
-    bars = []
-    for i, (label, value) in enumerate(zip(x, y, strict=False)):
-        h = plot_h * max(value, 0.0) / peak
-        bx = left + i * step + step * 0.1
-        bars.append(
-            f'<rect x="{bx:.1f}" y="{top + plot_h - h:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" fill="#0b5cad">'
-            f"<title>{escape(str(label))}: {value:g}</title></rect>"
-        )
-        if len(x) <= 16 or i % max(1, len(x) // 16) == 0:
-            bars.append(
-                f'<text x="{bx + step * 0.4:.1f}" y="{height - bottom + 16}" font-size="11" '
-                f'text-anchor="middle">{escape(str(label))}</text>'
-            )
-    axis = (
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#57606a"/>'
-        f'<text x="{left - 6}" y="{top + 4}" font-size="11" text-anchor="end">{peak:g}</text>'
-        f'<text x="{left - 6}" y="{top + plot_h}" font-size="11" text-anchor="end">0</text>'
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
-        f'<text x="{left}" y="22" font-size="15" font-weight="bold">{escape(title)}</text>{axis}{"".join(bars)}</svg>'
-    )
-
-
 def chart_images(context: dict[str, Any]) -> tuple[list[tuple[str, str]], str]:
-    """The statement's charts as (title, <img> or <svg> HTML), and which renderer drew them."""
-    figures = _figures(context)
-    try:
-        if not os.path.exists(chromium_path()):
-            raise FileNotFoundError(chromium_path())
-        pngs = kaleido_images([f for _, f in figures])
-        return [
-            (title, f'<img alt="{escape(title)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
-            for (title, _), png in zip(figures, pngs, strict=True)
-        ], "kaleido"
-    except Exception as exc:  # chromium or kaleido unavailable: plain SVG, the statement still prints
-        log.warning("statement charts: kaleido unavailable (%s); drawing plain SVG bars", exc)
-        charts = [("Amount by chip model", context["cost_chart"])]
-        if context["daily_chart"]["x"]:
-            charts.append(("Device-hours per day", context["daily_chart"]))
-        return [(title, svg_bars(title, data["x"], data["y"])) for title, data in charts], "svg"
+    """The statement's charts as (title, ``<svg>`` HTML), and what drew them (``svg``: the portal itself)."""
+    from quotas.accounting.statement_charts import statement_charts
+
+    return statement_charts(context), "svg"
 
 
 def render_pdf(statement: Statement) -> bytes:
-    """The printable statement as a PDF (WeasyPrint), charts included as images."""
+    """The printable statement as a PDF (WeasyPrint), its charts as SVG."""
     import weasyprint
 
     context = statement_context(statement)

@@ -12,7 +12,7 @@ from npuportal import api_fields as fields
 from quotas.models import posix_account
 from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.reason_text import exit_reason, reason_text
+from scheduling.reason_text import event_name, exit_reason, reason_text
 from scheduling.services.jobs import MAX_DURATION_S
 
 
@@ -31,16 +31,32 @@ class JobEventSerializer(serializers.ModelSerializer):
     """One event of a job's timeline; ``detail`` is worded for the reader (``scheduling.disclosure``)."""
 
     detail = serializers.SerializerMethodField()
+    reason_text = serializers.SerializerMethodField(
+        help_text="The event in words ('Preemption scheduled' for PreemptionScheduled); `reason` keeps the code"
+    )
 
     class Meta:
         model = JobEvent
-        fields = ["recorded_at", "at", "reported_at", "from_state", "to_state", "reason", "detail", "policy_version"]
+        fields = [
+            "recorded_at",
+            "at",
+            "reported_at",
+            "from_state",
+            "to_state",
+            "reason",
+            "reason_text",
+            "detail",
+            "policy_version",
+        ]
         read_only_fields = fields
         extra_kwargs = {
             "recorded_at": {"help_text": "When the portal recorded it; a job's events are in this order"},
             "at": {"help_text": "When the change took effect (usage is charged up to it)"},
             "reported_at": {"help_text": "The time the node agent reported for it, when it came from an agent"},
         }
+
+    def get_reason_text(self, obj: JobEvent) -> str:
+        return event_name(obj.reason)
 
     def get_detail(self, obj: JobEvent) -> str:
         viewer = self.context.get("viewer")
@@ -263,11 +279,26 @@ class JobDetailSerializer(JobSerializer):
         child=serializers.CharField(), read_only=True, help_text="Variables the submitter asked for"
     )
     posix_user = serializers.SerializerMethodField(
-        help_text="The POSIX account the job runs as on its nodes (docs/agent.md#accounts)"
+        help_text="The POSIX account the portal asks its nodes to run the job as (docs/agent.md#accounts); "
+        "`ran_as` says what they did"
+    )
+    ran_as = serializers.CharField(
+        read_only=True,
+        help_text="The account its node agents report running its latest run as ('root'; 'ana on n1, root on n2' "
+        "when they differ); empty until an agent has reported it",
     )
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "env", "cwd", "output", "posix_user", "allocations", "events"]
+        fields = [
+            *JobSerializer.Meta.fields,
+            "env",
+            "cwd",
+            "output",
+            "posix_user",
+            "ran_as",
+            "allocations",
+            "events",
+        ]
         read_only_fields = fields
 
     def get_posix_user(self, obj: Job) -> str:

@@ -91,7 +91,7 @@ from scheduling.engine.placement import Need, Placement, commit, find, need_of_k
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
 from scheduling.engine.priority import class_factors, duration_factor, job_duration
-from scheduling.engine.quota import TeamLedger, admit, admit_devices
+from scheduling.engine.quota import TeamLedger, admit, admit_devices, budget_detail, duration_detail
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
     Decisions,
@@ -595,15 +595,14 @@ class Tick:
                 limit = group.max_duration
                 if limit is not None and (job.max_duration_s or job.estimated_duration_s) > limit:
                     duration = job.max_duration_s or job.estimated_duration_s
-                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, f"{duration:.0f}s > max {ledger.max_duration:.0f}s")
+                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, duration_detail(duration, limit))
                     continue
                 budget = group.budget
                 if budget is not None:
                     hours = need.first_units * job.estimated_duration_s / 3600.0
                     if ledger.month_hours + hours > budget:
                         waiting[jid] = Wait(
-                            reasons.MONTHLY_BUDGET_EXHAUSTED,
-                            f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
+                            reasons.MONTHLY_BUDGET_EXHAUSTED, budget_detail(ledger.month_hours, hours, budget)
                         )
                         continue
             adm = ledger.adm.get(need)

@@ -41,6 +41,7 @@ from scheduling.engine.capacity import ClusterState
 from scheduling.engine.placement import Need, need_of_key
 from scheduling.engine.policy import DEVICES, Policy, Quota, Reservation, TeamPolicy, chip_resource, merge_quota
 from scheduling.engine.snapshot import Decisions, DeviceState, JobState, NodeState, Snapshot, VnpuTemplate, Wait
+from scheduling.engine.words import a_run, count, duration_words, sized_job
 
 #: The wait reason of a job that can no longer run (after a policy or inventory change).
 NEVER_RUNNABLE = reasons.NEVER_RUNNABLE
@@ -189,11 +190,13 @@ def pool_check(request: Request, cards: Mapping[str, int]) -> Impossible | None:
     if request.chip_model is not None:
         held = cards.get(request.chip_model)
         if held is not None and n > held:
-            return Impossible("num_devices", f"asks for {n} devices; the cluster has {held} of {request.chip_model}")
+            return Impossible(
+                "num_devices", f"{sized_job(n)}; the cluster has {count(held, 'card')} of {request.chip_model}"
+            )
         return None
     if cards and n > max(cards.values()):
         pools = ", ".join(f"{chip}: {count}" for chip, count in cards.items())
-        return Impossible("num_devices", f"asks for {n} devices; no chip model has that many ({pools})")
+        return Impossible("num_devices", f"{sized_job(n)}; no chip model has that many cards ({pools})")
     return None
 
 
@@ -206,12 +209,16 @@ def quota_check(policy: Policy, request: Request, units: Mapping[str, float]) ->
         return Impossible(
             "priority_class",
             f"team {request.team} may never use class {pclass!r}"
-            f" (allowed at some time: {', '.join(allowed) or 'none'})",
+            f" (allowed at some time of day: {', '.join(allowed) or 'none'})",
         )
     if all(q.max_job_duration_s is not None and request.duration_s > q.max_job_duration_s for q in variants):
         longest = max(q.max_job_duration_s or 0.0 for q in variants)
         field = "max_duration_s" if request.duration_s != request.estimated_duration_s else "estimated_duration_s"
-        return Impossible(field, f"longer than team {request.team}'s longest maxJobDuration ({int(longest)} s)")
+        return Impossible(
+            field,
+            f"{a_run(request.duration_s)} is more than team {request.team}'s "
+            f"{duration_words(longest)} limit on run time",
+        )
     fits_somewhere = False
     best_cap = 0.0
     for q in variants:
@@ -228,8 +235,8 @@ def quota_check(policy: Policy, request: Request, units: Mapping[str, float]) ->
         asked = max(units.values())
         return Impossible(
             "num_devices",
-            f"{_num(asked)} devices is more than team {request.team} may ever hold ({_num(best_cap)} at most, "
-            "under every quota schedule)",
+            f"{sized_job(asked)} is more than team {request.team} may ever hold ({count(_num(best_cap), 'card')} "
+            "at most, at any time of day)",
         )
     hours = request.estimated_duration_s / 3600.0
     budgets = [q.device_hours_per_month for q in variants]
@@ -280,7 +287,7 @@ def reservation_check(
             tightest = (room, chip, why)
     assert tightest is not None
     asked = max(units.values())
-    return Impossible("num_devices", f"{_num(asked)} devices is more than the reservations leave: {tightest[2]}")
+    return Impossible("num_devices", f"{sized_job(asked)} is more than the reservations leave: {tightest[2]}")
 
 
 def _scope_and_held(spec: Reservation, cards: Mapping[str, int]) -> tuple[int, int]:

@@ -35,6 +35,7 @@ from scheduling.engine import reasons
 from scheduling.engine.capacity import Chip, ClusterState, Pool, lowest_bits  # noqa: F401 (used by backfill, preemption)
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState, Slot, VnpuTemplate
+from scheduling.engine.words import sized_job
 
 
 @dataclass(slots=True, eq=False)
@@ -177,7 +178,7 @@ def _whole_fits_scan(chip: Chip, n: int) -> tuple[str | None, str]:
         return None, ""
     size = chip.size
     if n % size:
-        return reasons.TOPOLOGY, (f"a {n}-card job spans nodes and must use whole {size}-card {name} nodes")
+        return reasons.TOPOLOGY, f"{sized_job(n)} spans nodes and must use whole {size}-card {name} nodes"
     nodes = n // size
     if sum(1 for p in chip.pools if p.size == size) < nodes:
         return reasons.TOPOLOGY, f"the cluster has fewer than {nodes} {size}-card {name} nodes"

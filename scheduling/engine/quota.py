@@ -32,6 +32,7 @@ from scheduling.engine import reasons
 from scheduling.engine.capacity import EPS
 from scheduling.engine.policy import DEVICES, Policy, Quota, chip_resource, quota_at
 from scheduling.engine.snapshot import JobState
+from scheduling.engine.words import a_run, count, duration_words
 
 #: ``chip model -> "devices/<chip>"`` (the hot path asks for the same few keys).
 _KEYS: dict[str, str] = {}
@@ -174,6 +175,33 @@ class TeamLedger:
         return overall is not None and self.usage[DEVICES] - released > overall + EPS
 
 
+# -- the details of a refusal, in words (one place, for admit and the tick's fast path) ----------
+
+
+def jobs_detail(running: int, limit: int) -> str:
+    """``the team runs 3 jobs; its limit is 3 at once``."""
+    return f"the team runs {count(running, 'job')}; its limit is {limit} at once"
+
+
+def devices_detail(held: float, more: float, limit: float, chip: str = "") -> str:
+    """``the team holds 20 devices; 8 more would pass its limit of 24`` (``910B4 devices`` per chip model)."""
+    kind = f"{chip} devices" if chip else "devices"
+    return f"the team holds {held:g} {kind}; {more:g} more would pass its limit of {limit:g}"
+
+
+def duration_detail(duration: float, limit: float) -> str:
+    """``a 30 h run is more than the team's 24 h limit on run time``."""
+    return f"{a_run(duration)} is more than the team's {duration_words(limit)} limit on run time"
+
+
+def budget_detail(used: float, need: float, budget: float) -> str:
+    """``the team has used 4,990.0 of its 5,000 device-hours this month; this job needs 16.0``."""
+    return (
+        f"the team has used {used:,.1f} of its {round(budget, 3):,g} device-hours this month; "
+        f"this job needs {need:,.1f}"
+    )
+
+
 def admit_devices(
     ledger: TeamLedger, chips: tuple[str, ...], units: dict[str, float], first_units: float
 ) -> tuple[str | None, str, tuple[str, ...]]:
@@ -183,14 +211,10 @@ def admit_devices(
     the answer per shape in ``ledger.adm`` until the team's usage changes.
     """
     if ledger.max_jobs is not None and ledger.jobs >= ledger.max_jobs:
-        return reasons.QUOTA_MAX_JOBS, f"{ledger.jobs} jobs running, max {ledger.max_jobs}", ()
+        return reasons.QUOTA_MAX_JOBS, jobs_detail(ledger.jobs, ledger.max_jobs), ()
     cap = ledger.max_total
     if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
-        return (
-            reasons.QUOTA_MAX_DEVICES,
-            f"{ledger.usage[DEVICES]:g} + {first_units:g} > max {cap:g} devices",
-            (),
-        )
+        return reasons.QUOTA_MAX_DEVICES, devices_detail(ledger.usage[DEVICES], first_units, cap), ()
     by_chip = ledger.max_by_chip
     if not by_chip:
         return None, "", chips
@@ -210,7 +234,7 @@ def admit_devices(
             continue
         if ok is None:
             ok = list(chips[:k])
-            detail = f"{used:g} + {units[chip]:g} > max {cap:g} devices/{chip}"
+            detail = devices_detail(used, units[chip], cap, chip)
     if ok is None:
         return None, "", chips
     if not ok and chips:
@@ -232,25 +256,17 @@ def admit(
         return reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {job.priority_class} is not allowed", []
     duration = job.max_duration_s or job.estimated_duration_s
     if ledger.max_duration is not None and duration > ledger.max_duration + EPS:
-        return reasons.QUOTA_MAX_DURATION, f"{duration:.0f}s > max {ledger.max_duration:.0f}s", []
+        return reasons.QUOTA_MAX_DURATION, duration_detail(duration, ledger.max_duration), []
     first_units = units[chips[0]] if chips else float(job.num_devices)
     if ledger.budget is not None:
         hours = first_units * job.estimated_duration_s / 3600.0
         if ledger.month_hours + hours > ledger.budget + EPS:
-            return (
-                reasons.MONTHLY_BUDGET_EXHAUSTED,
-                f"{ledger.month_hours:.1f} + {hours:.1f} device-hours > {ledger.budget:.1f}",
-                [],
-            )
+            return reasons.MONTHLY_BUDGET_EXHAUSTED, budget_detail(ledger.month_hours, hours, ledger.budget), []
     if ledger.max_jobs is not None and ledger.jobs >= ledger.max_jobs:
-        return reasons.QUOTA_MAX_JOBS, f"{ledger.jobs} jobs running, max {ledger.max_jobs}", []
+        return reasons.QUOTA_MAX_JOBS, jobs_detail(ledger.jobs, ledger.max_jobs), []
     cap = ledger.max_total
     if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
-        return (
-            reasons.QUOTA_MAX_DEVICES,
-            f"{ledger.usage[DEVICES]:g} + {first_units:g} > max {cap:g} devices",
-            [],
-        )
+        return reasons.QUOTA_MAX_DEVICES, devices_detail(ledger.usage[DEVICES], first_units, cap), []
     by_chip = ledger.max_by_chip
     if not by_chip:
         return None, "", list(chips)
@@ -261,7 +277,7 @@ def admit(
         if cap is None or ledger.used(chip) + units[chip] <= cap + EPS:
             ok.append(chip)
         elif not detail:
-            detail = f"{ledger.used(chip):g} + {units[chip]:g} > max {cap:g} devices/{chip}"
+            detail = devices_detail(ledger.used(chip), units[chip], cap, chip)
     if not ok and chips:
         return reasons.QUOTA_MAX_DEVICES, detail, []
     return None, "", ok

@@ -29,22 +29,24 @@ NEVER_RUNNABLE: Final = "NeverRunnable"
 GUARANTEE_RECLAIM: Final = "GuaranteeReclaim"
 CLASS_PREEMPTION: Final = "ClassPreemption"
 
-#: One plain sentence per code, for people who do not know Slurm.
+#: One plain sentence per code, for people who do not know Slurm: the one table of these words. The
+#: console (``scheduling.reason_text.reason_text``), the API's ``pending_reason_text``, ``explain`` and
+#: ``manage.py sprio`` all read it, so a waiting job reads the same everywhere.
 TEXT: Final[dict[str, str]] = {
     QUOTA_CLASS_NOT_ALLOWED: "Your team's quota does not allow this priority class.",
-    QUOTA_MAX_DURATION: "The job asks for longer than your team's maximum job duration.",
-    MONTHLY_BUDGET_EXHAUSTED: ("Your team's device-hours for this month would be used up by this job."),
+    QUOTA_MAX_DURATION: "The job asks for more run time than your team's limit on run time.",
+    MONTHLY_BUDGET_EXHAUSTED: "Your team's device-hours for this month would be used up by this job.",
     QUOTA_MAX_JOBS: "Your team already runs as many jobs at once as its quota allows.",
-    QUOTA_MAX_DEVICES: ("Starting the job would take your team above its maximum number of devices."),
-    RESERVED_CAPACITY: ("The free devices are held back for other priority classes by a reservation."),
+    QUOTA_MAX_DEVICES: "Starting the job would take your team above its maximum number of devices.",
+    RESERVED_CAPACITY: "The free devices are held back for other priority classes by a reservation.",
     CHIP_MODEL_UNAVAILABLE: "The cluster has no device of the requested chip model or vNPU shape.",
-    NODE_UNHEALTHY: ("Devices of the requested kind exist, but too few are healthy and schedulable."),
+    NODE_UNHEALTHY: "Devices of the requested kind exist, but too few are healthy and schedulable.",
     TOPOLOGY: "The request does not fit the servers' shape (cards per node or per HCCS ring).",
-    PREEMPTION_GRACE: ("Running jobs are leaving to make room for this job; it starts when their grace ends."),
-    RESOURCES: "Waiting for enough free devices.",
+    PREEMPTION_GRACE: "Running jobs are leaving to make room for this job; it starts when their grace ends.",
+    RESOURCES: "Not enough free devices of the kind it needs right now.",
     PRIORITY: "Jobs with a higher priority are waiting for the same devices and go first.",
     NEVER_RUNNABLE: "The job can never run under the current policy and cluster; cancel it or ask an admin.",
-    GUARANTEE_RECLAIM: ("Your team was borrowing devices guaranteed to another team, which needs them back."),
+    GUARANTEE_RECLAIM: "Your team was borrowing devices guaranteed to another team, which needs them back.",
     CLASS_PREEMPTION: "A job of a higher priority class that may preempt yours needs the devices.",
 }
 

@@ -15,7 +15,7 @@ from npuportal.api_pagination import InvalidCursor, Keyset
 from scheduling.api.views import JobPagination, visible_jobs
 from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
 from scheduling.models import Job
-from scheduling.reason_text import exit_reason, reason_text
+from scheduling.reason_text import event_name, exit_reason, reason_text
 
 #: Rows per page of the console's job list.
 JOB_LIST_PAGE = 100
@@ -67,8 +67,21 @@ def job_live(job: Job, user: object) -> dict[str, Any]:
     return {
         "job": job,
         "allocations": job.allocations.select_related("device__node", "vnpu_template"),
-        "events": [(event, event_detail(event, viewer)) for event in events],
-        "exit_reason": exit_reason(str(job.state), job.exit_code, last_reason),
+        "events": [(event, event_name(event.reason), event_detail(event, viewer, words=True)) for event in events],
+        "exit_reason": exit_words(job, last_reason),
         "preempted_for": preempted_for_text(job, viewer) if job.preempt_deadline else "",
         "reason": reason_text(job.pending_reason) if job.pending_reason else "",
     }
+
+
+def exit_words(job: Job, end_reason: str | None) -> str | None:
+    """What the job page says after the exit code: ``None`` when the words would only repeat it.
+
+    ``exit_reason`` says ``exit code 0`` for a plain exit; next to the code itself that read
+    "0 (exit code 0)". Words that add something (``walltime exceeded``, ``killed by signal SIGKILL``,
+    ``no exit status``) stay.
+    """
+    words = exit_reason(str(job.state), job.exit_code, end_reason)
+    if words is not None and job.exit_code is not None and words == f"exit code {job.exit_code}":
+        return None
+    return words

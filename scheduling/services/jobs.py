@@ -26,6 +26,7 @@ from quotas.models import Membership, Team
 from quotas.services import active_policy
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
+from scheduling.engine.words import duration_words
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services import feasibility, job_insert
 
@@ -221,20 +222,27 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise SubmissionError(field_name, "must be a positive whole number of seconds")
         if value > MAX_DURATION_S:
-            raise SubmissionError(field_name, f"must be at most {MAX_DURATION_S} seconds (366 days)")
+            raise SubmissionError(field_name, f"must be at most {MAX_DURATION_S // 86400} days")
     max_s = spec.max_duration_s
     if quota.max_job_duration_s is not None:
+        limit = duration_words(quota.max_job_duration_s)
         if max_s is not None and max_s > quota.max_job_duration_s:
             raise SubmissionError(
-                "max_duration_s", f"exceeds the team's maxJobDuration of {int(quota.max_job_duration_s)} s"
+                "max_duration_s", f"{duration_words(max_s)} is more than team {team.name}'s {limit} limit on run time"
             )
         if spec.estimated_duration_s > quota.max_job_duration_s:
             raise SubmissionError(
-                "estimated_duration_s", f"exceeds the team's maxJobDuration of {int(quota.max_job_duration_s)} s"
+                "estimated_duration_s",
+                f"an estimate of {duration_words(spec.estimated_duration_s)} is more than team {team.name}'s "
+                f"{limit} limit on run time",
             )
         max_s = max_s or int(quota.max_job_duration_s)
     if max_s is not None and spec.estimated_duration_s > max_s:
-        raise SubmissionError("estimated_duration_s", f"must not exceed max_duration_s ({max_s})")
+        raise SubmissionError(
+            "estimated_duration_s",
+            f"{duration_words(spec.estimated_duration_s)} is more than the job's maximum run time "
+            f"({duration_words(max_s)})",
+        )
 
     chip = (spec.chip_model or "").strip()
     # One indexed count answers "is there such a chip?"; the list of known chips is read only

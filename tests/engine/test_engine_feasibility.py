@@ -50,19 +50,27 @@ def _why(**fields: object) -> tuple[str, str] | None:
     ("fields", "field", "words"),
     [
         # More cards than any pool it may use holds: said before how the cards would have to lie.
-        ({"num_devices": 25}, "num_devices", "no chip model has that many (910B4: 16, 910A: 8, 310P3: 4)"),
-        ({"num_devices": 17, "chip_model": "910B4"}, "num_devices", "asks for 17 devices; the cluster has 16 of 910B4"),
-        ({"num_devices": 9, "chip_model": "910A"}, "num_devices", "the cluster has 8 of 910A"),
+        ({"num_devices": 25}, "num_devices", "no chip model has that many cards (910B4: 16, 910A: 8, 310P3: 4)"),
+        ({"num_devices": 17, "chip_model": "910B4"}, "num_devices", "a 17-card job; the cluster has 16 cards of 910B4"),
+        ({"num_devices": 9, "chip_model": "910A"}, "num_devices", "the cluster has 8 cards of 910A"),
         ({"num_devices": 12}, "num_devices", "no chip model fits it"),
         ({"num_devices": 12, "chip_model": "910B4"}, "num_devices", "whole 8-card 910B4 nodes"),
         ({"num_devices": 6, "chip_model": "910A"}, "num_devices", "whole 4-card rings"),
         ({"num_devices": 1, "chip_model": "H100"}, "chip_model", "no H100 devices"),
         ({"vnpu_template": "vir99"}, "vnpu_template", "vir99"),
         ({"priority_class": "critical"}, "priority_class", "may never use class 'critical'"),
-        ({"duration_s": 8 * 86400, "estimated_duration_s": 8 * 86400}, "estimated_duration_s", "maxJobDuration"),
-        ({"duration_s": 8 * 86400, "estimated_duration_s": 3600}, "max_duration_s", "maxJobDuration"),
-        ({"team": "inference", "num_devices": 16, "chip_model": "910B4"}, "num_devices", "may ever hold (10"),
-        ({"team": "research", "num_devices": 16, "chip_model": "910B4"}, "num_devices", "may ever hold (12"),
+        (
+            {"duration_s": 8 * 86400, "estimated_duration_s": 8 * 86400},
+            "estimated_duration_s",
+            "an 8 d run is more than team training's 7 d limit on run time",
+        ),
+        ({"duration_s": 8 * 86400, "estimated_duration_s": 3600}, "max_duration_s", "7 d limit on run time"),
+        (
+            {"team": "inference", "num_devices": 16, "chip_model": "910B4"},
+            "num_devices",
+            "a 16-card job is more than team inference may ever hold (10 cards",
+        ),
+        ({"team": "research", "num_devices": 16, "chip_model": "910B4"}, "num_devices", "may ever hold (12 cards"),
         # The demo holds a quarter of the 910B4 cards for critical: a normal job gets 12 of 16 at most.
         (
             {"num_devices": 16, "chip_model": "910B4"},
