@@ -13,7 +13,7 @@ from quotas.models import Team
 from quotas.services import active_policy
 from scheduling.services.jobs import MAX_DURATION_S
 
-DURATION_HELP = "Like 2h, 30m, 1h30m, 90s, 1d, or plain seconds."
+DURATION_HELP = "Like 2h, 30m, 1h30m, 90s, 1d, 2:00:00 (HH:MM:SS), 1-12:00 (D-HH:MM), or plain seconds."
 
 
 class DurationField(forms.Field):
