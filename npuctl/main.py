@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import time
 import urllib.parse
@@ -24,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from npuctl import __version__
+from npuctl.batch import ScriptError, read_script
 from npuctl.client import AuthFailed, Client, Refused, Unreachable
 from npuctl.durations import format_duration, parse_duration, parse_moment
 from npuctl.hostlist import compress
@@ -159,34 +161,78 @@ def _assignment(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields the submit options on the command line set (those not given are left out)."""
+    given: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("name", args.name),
+            ("num_devices", args.devices),
+            ("team", args.team),
+            ("chip_model", args.chip),
+            ("vnpu_template", args.vnpu),
+            ("priority_class", args.pclass),
+            ("estimated_duration_s", args.time),
+            ("max_duration_s", args.max_time),
+            ("checkpoint_interval_s", args.checkpoint_interval),
+            ("array", args.array),
+            ("cwd", args.chdir),
+            ("output", args.output),
+        )
+        if value is not None
+    }
+    if args.env:
+        given["env"] = dict(args.env)
+    return given
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """The command line that runs ``argv`` exactly: each argument quoted as the shell needs (``shlex.join``).
+
+    One argument alone is a command line already (``npuctl submit -- "python a.py > out.log"``) and is
+    kept as it is; two or more are a program and its arguments, each kept whole, as ``srun`` keeps them.
+    """
+    if len(argv) == 1:
+        return argv[0]
+    return shlex.join(argv)
+
+
 def cmd_submit(api: Client, args: argparse.Namespace) -> int:
-    command = args.command_text or " ".join(args.argv).strip()
+    if args.argv and not args.command_text and not args.after_dashes and os.path.isfile(args.argv[0]):
+        return _submit_script(api, args, args.argv[0], args.argv[1:])  # `npuctl submit job.sh`: a batch script
+    command = args.command_text or shell_command(args.argv).strip()
     if not command:
         raise _UsageError("give the command with --command CMD or after `--`, e.g. npuctl submit -- python train.py")
-    name = args.name or os.path.basename(command.split()[0])[:200]
-    body: dict[str, Any] = {"name": name, "command": command, "num_devices": args.devices}
-    for key, value in (
-        ("team", args.team),
-        ("chip_model", args.chip),
-        ("vnpu_template", args.vnpu),
-        ("priority_class", args.pclass),
-        ("estimated_duration_s", args.time),
-        ("max_duration_s", args.max_time),
-        ("checkpoint_interval_s", args.checkpoint_interval),
-        ("array", args.array),
-        ("cwd", args.chdir),
-        ("output", args.output),
-    ):
-        if value is not None:
-            body[key] = value
-    if args.env:
-        body["env"] = dict(args.env)
+    program = args.argv[0] if len(args.argv) > 1 and not args.command_text else command.split()[0]
+    body: dict[str, Any] = {"name": os.path.basename(program)[:200] or "job", **_given(args)}
+    body["command"] = command
+    return _post_job(api, args, body)
+
+
+def cmd_batch(api: Client, args: argparse.Namespace) -> int:
+    """``npuctl batch job.sh [args]``: submit a batch script, its ``#NPU``/``#SBATCH`` directives read."""
+    return _submit_script(api, args, args.script, args.script_args)
+
+
+def _submit_script(api: Client, args: argparse.Namespace, path: str, script_args: Sequence[str]) -> int:
+    try:
+        text = read_text_file(path, "script")
+        batch = read_script(text, script_args, name=os.path.basename(path), environ=os.environ)
+    except ValueError as exc:  # unreadable, not UTF-8, or a directive that cannot be read (ScriptError)
+        raise _UsageError(f"{path}: {exc}" if isinstance(exc, ScriptError) else str(exc)) from exc
+    warning = batch.warning()
+    if warning:
+        _err(f"warning: {path}: {warning}")
+    return _post_job(api, args, batch.request(_given(args)))
+
+
+def _post_job(api: Client, args: argparse.Namespace, body: dict[str, Any]) -> int:
     created = api.post("jobs/", body)
     if args.json:
         _json(created)
         return OK
     jobs = created if isinstance(created, list) else [created]
-    if args.array:
+    if body.get("array"):
         _out(f"submitted job array {jobs[0]['array_id']}: " + " ".join(str(j["id"]) for j in jobs))
     else:
         _out(f"submitted job {jobs[0]['id']} ({jobs[0]['state']})")
@@ -372,7 +418,8 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         fields.append(("env", f"{name}={value}"))
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
-        _out(f"{key:<{width}}  {value}")
+        # A command of several lines (a batch script) is printed whole, each line under the first.
+        _out(f"{key:<{width}}  " + str(value).rstrip("\n").replace("\n", "\n" + " " * (width + 2)))
     _out()
     _out("events:")
     _out(
@@ -719,6 +766,34 @@ class _Refusal(Exception):
     pass
 
 
+def _submit_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``submit`` and ``batch``; ``batch`` takes them over the script's directives."""
+    p.add_argument("--name", help="job name (default: the command's program name, or the script's file name)")
+    p.add_argument("--devices", "-n", type=_positive, metavar="N", help="whole cards (default 1)")
+    p.add_argument("--chip", metavar="MODEL", help="chip model, e.g. 910B4")
+    p.add_argument("--vnpu", metavar="TEMPLATE", help="a vNPU slice instead of whole cards, e.g. vir02")
+    p.add_argument("--class", dest="pclass", metavar="CLASS", help="priority class (default: the policy's default)")
+    p.add_argument("--time", "-t", type=_duration, metavar="DURATION", help="estimated run time, e.g. 2h (default 1h)")
+    p.add_argument("--max-time", type=_duration, metavar="DURATION", help="hard limit, e.g. 1d")
+    p.add_argument(
+        "--checkpoint-interval",
+        type=_duration,
+        metavar="DURATION",
+        help="the job saves its state this often, e.g. 30m: preempted, it loses only the work since the last save",
+    )
+    p.add_argument("--team", help="team (needed when you are in several)")
+    p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
+    p.add_argument(
+        "--env",
+        action="append",
+        type=_assignment,
+        metavar="NAME=VALUE",
+        help="a variable for the job's environment (repeatable); the job starts with no other of yours",
+    )
+    p.add_argument("--chdir", "-D", metavar="DIR", help="absolute directory to start in on the nodes (default: home)")
+    p.add_argument("--output", "-o", metavar="FILE", help="absolute path of a file the output is also appended to")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="npuctl",
@@ -744,33 +819,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = command("submit", cmd_submit, "submit a job (or an array of N jobs)")
-    p.add_argument("--name", help="job name (default: the command's program name)")
+    p = command("submit", cmd_submit, "submit a job (or an array of N jobs); a script file is submitted as by batch")
     p.add_argument("--command", dest="command_text", metavar="CMD", help="the command line to run")
-    p.add_argument("--devices", "-n", type=_positive, default=1, metavar="N", help="whole cards (default 1)")
-    p.add_argument("--chip", metavar="MODEL", help="chip model, e.g. 910B4")
-    p.add_argument("--vnpu", metavar="TEMPLATE", help="a vNPU slice instead of whole cards, e.g. vir02")
-    p.add_argument("--class", dest="pclass", metavar="CLASS", help="priority class (default: the policy's default)")
-    p.add_argument("--time", "-t", type=_duration, metavar="DURATION", help="estimated run time, e.g. 2h (default 1h)")
-    p.add_argument("--max-time", type=_duration, metavar="DURATION", help="hard limit, e.g. 1d")
+    _submit_options(p)
     p.add_argument(
-        "--checkpoint-interval",
-        type=_duration,
-        metavar="DURATION",
-        help="the job saves its state this often, e.g. 30m: preempted, it loses only the work since the last save",
+        "argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the program and its arguments after --, each kept exactly (one argument: a command line); "
+        "or a script file and its arguments",
     )
-    p.add_argument("--team", help="team (needed when you are in several)")
-    p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
-    p.add_argument(
-        "--env",
-        action="append",
-        type=_assignment,
-        metavar="NAME=VALUE",
-        help="a variable for the job's environment (repeatable); the job starts with no other of yours",
-    )
-    p.add_argument("--chdir", "-D", metavar="DIR", help="absolute directory to start in on the nodes (default: home)")
-    p.add_argument("--output", "-o", metavar="FILE", help="absolute path of a file the output is also appended to")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, after --")
+
+    p = command("batch", cmd_batch, "submit a batch script: its #NPU and #SBATCH directives are read, like sbatch")
+    _submit_options(p)
+    p.add_argument("script", metavar="SCRIPT", help="the script file; it runs by its #! interpreter (default bash)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
 
     p = command("queue", cmd_queue, "pending and running jobs, like squeue")
     p.add_argument("--state", action="append", metavar="STATE", help="state(s), comma-separated or repeated; 'all'")
@@ -866,7 +929,8 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
         return exc.code if isinstance(exc.code, int) else USAGE
-    if getattr(args, "argv", None) and args.argv[0] == "--":
+    args.after_dashes = bool(getattr(args, "argv", None)) and args.argv[0] == "--"
+    if args.after_dashes:
         args.argv = args.argv[1:]
     if args.url is None and os.environ.get("NPUPORTAL_URL"):
         try:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -295,7 +296,18 @@ class JobSubmitSerializer(fields.InputSerializer):
 
     team = fields.CharField(required=False, help_text="Team name; optional when you belong to one team")
     name = fields.CharField(max_length=200)
-    command = fields.CharField(help_text="At most NPUPORTAL_MAX_COMMAND_BYTES bytes of UTF-8 (default 64 KiB)")
+    command = fields.CharField(
+        required=False,
+        help_text="The command line, run by the node's /bin/sh -c; at most NPUPORTAL_MAX_COMMAND_BYTES bytes of "
+        "UTF-8 (default 64 KiB). Give this or argv",
+    )
+    argv = serializers.ListField(
+        child=fields.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        allow_empty=False,
+        help_text="The program and its arguments, each kept exactly: stored as the command that runs them "
+        "(each quoted as the shell needs, like Python's shlex.join). Give this or command",
+    )
     priority_class = fields.CharField(required=False, allow_blank=True)
     num_devices = fields.IntegerField(min_value=1, max_value=100000, default=1)
     vnpu_template = fields.CharField(required=False, allow_blank=True, allow_null=True)
@@ -333,6 +345,18 @@ class JobSubmitSerializer(fields.InputSerializer):
         help_text="Submit this many copies, like Slurm's --array=0-(N-1); at most NPUPORTAL_MAX_ARRAY (default 1000)"
         " and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """``command`` or ``argv``, exactly one; ``argv`` becomes the command line that runs it as given."""
+        if "argv" in attrs and "command" in attrs:
+            raise serializers.ValidationError({"argv": ["give command or argv, not both"]})
+        if "argv" in attrs:
+            attrs["command"] = shlex.join(attrs.pop("argv"))
+        elif "command" not in attrs:
+            raise serializers.ValidationError(
+                {"command": ["required: the command line to run (or argv, the program and its arguments)"]}
+            )
+        return attrs
 
 
 class JobOutputSerializer(serializers.Serializer):

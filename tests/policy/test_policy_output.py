@@ -415,7 +415,9 @@ def test_parse_duration(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["", "7days", "h", "30m1h", "1h1h", "-5s", "1y", "1:60", True, None, [1], float("nan"), -1])
+@pytest.mark.parametrize(
+    "bad", ["", "7days", "h", "30m1h", "1h1h", "-5s", "1y", "1:60", True, None, [1], float("nan"), -1]
+)
 def test_parse_duration_rejects(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(bad)
