@@ -3,7 +3,8 @@
 Exit codes (a contract with scripts):
   0 ok · 1 the API refused (bad input, not found) · 2 usage error (a bad option, ``--url``, ``--timeout``
   or ``$NPUPORTAL_URL``, a file that cannot be read or is not UTF-8) · 3 cannot reach the server, or a
-  server error · 4 not signed in / not allowed · 130 interrupted (Ctrl-C) · 141 the reader of stdout
+  server error · 4 not signed in / not allowed · 5 ``logs`` printed less than the whole output (stderr
+  says what it left out) · 130 interrupted (Ctrl-C) · 141 the reader of stdout
   went away (``npuctl queue | head``), as for a program stopped by SIGPIPE.
 
 Human tables by default; ``--json`` prints the API's JSON as it came.
@@ -36,7 +37,7 @@ FOLLOW_INTERVAL_S = 1.0
 #: The server's bound of ``--tail`` (scheduling.services.output.MAX_TAIL_LINES).
 MAX_TAIL_LINES = 10000
 
-OK, REFUSED, USAGE, UNREACHABLE, AUTH = 0, 1, 2, 3, 4
+OK, REFUSED, USAGE, UNREACHABLE, AUTH, INCOMPLETE = 0, 1, 2, 3, 4, 5
 INTERRUPTED, BROKEN_PIPE = 130, 141
 #: The longest ``--timeout`` taken: a socket cannot wait for ever (``inf`` overflows the OS's clock).
 MAX_TIMEOUT_S = 86400.0
@@ -483,13 +484,21 @@ def _number(value: Any) -> str:
 
 
 def cmd_logs(api: Client, args: argparse.Namespace) -> int:
-    """Print a job's output; with ``--follow``, keep printing until the run ends (like ``kubectl logs -f``)."""
+    """Print a job's whole output, page after page; with ``--follow``, keep printing until the run ends.
+
+    The output printed is all of it, or stderr says what was left out and the exit code is
+    :data:`INCOMPLETE`: the start of a run whose node is gone (only its end is kept), a node that
+    did not answer. A run still going has printed all it wrote so far (stderr says it goes on).
+    """
     params: dict[str, object] = {}
     if args.attempt:
         params["attempt"] = args.attempt
     if args.node:
         params["node"] = args.node
     query = {**params, "tail": args.tail} if args.tail is not None else {**params, "offset": 0}
+    pages: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    told_nodes = False
     while True:
         try:
             chunk = api.get(f"jobs/{args.job}/log/", **query)
@@ -497,21 +506,60 @@ def cmd_logs(api: Client, args: argparse.Namespace) -> int:
             if exc.status == 404:
                 raise _Refusal(f"job {args.job}: not found (or not your team's)") from exc
             raise
-        if args.json:
+        asked = query.get("offset")
+        if isinstance(asked, int) and chunk["offset"] > asked:  # the answer starts later than asked: a gap
+            left_out.append(_gap(args.job, chunk, asked))
+        if chunk.get("source") == "none" and chunk.get("note"):
+            left_out.append(f"job {args.job}: output from byte {chunk['offset']} on could not be read: {chunk['note']}")
+        elif chunk.get("note") and not args.json:
+            _err(f"job {args.job}: {chunk['note']}")
+        if not told_nodes and not args.node and len(chunk.get("nodes") or []) > 1 and not args.json:
+            others = ", ".join(n for n in chunk["nodes"] if n != chunk["node"])
+            count = len(chunk["nodes"])
+            _err(
+                f"job {args.job}: run {chunk['attempt']} ran on {count} nodes; this is {chunk['node']}'s output "
+                f"(--node for {others})"
+            )
+            told_nodes = True
+        pages.append(chunk)
+        if args.json and args.follow:
             _json(chunk)
-        elif chunk["data"]:
+        elif chunk["data"] and not args.json:
             sys.stdout.write(chunk["data"])
             sys.stdout.flush()
-        if chunk.get("note") and not args.json:
-            _err(f"job {args.job}: {chunk['note']}")
-        if chunk["complete"] or not args.follow:
-            return OK
-        if chunk["next_offset"] == query.get("offset"):
+        if chunk["complete"]:
+            break
+        progressed = chunk["next_offset"] > chunk["offset"]
+        if not args.follow:
+            at_end = chunk.get("size") is not None and chunk["next_offset"] >= chunk["size"]
+            if args.tail is not None or at_end or not progressed:
+                if chunk.get("attempt") and not left_out and not args.json:
+                    _err(
+                        f"job {args.job}: run {chunk['attempt']} is still going; this is its output so far (-f follows)"
+                    )
+                break
+        elif not progressed:
             time.sleep(FOLLOW_INTERVAL_S)  # nothing new yet
-        # Keep to the run being followed: a requeued job's next run is a new attempt.
+        # Keep to the run being read: a requeued job's next run is a new attempt.
         query = {**params, "attempt": chunk["attempt"] or "", "offset": chunk["next_offset"]}
         if not query["attempt"]:
             del query["attempt"]
+    if args.json and not args.follow:
+        _json({**pages[-1], "offset": pages[0]["offset"], "data": "".join(p["data"] for p in pages)})
+    for line in left_out:
+        _err(line)
+    return INCOMPLETE if left_out else OK
+
+
+def _gap(job: int, chunk: dict[str, Any], asked: int) -> str:
+    """What a gap in a run's output was, in words: which bytes, and why when the answer says."""
+    where = f"run {chunk.get('attempt')} on {chunk.get('node')}" if chunk.get("node") else "the run"
+    why = (
+        f" ({chunk['note']})"
+        if chunk.get("note")
+        else " (only the end of a run's output is kept once its node has it no more)"
+    )
+    return f"job {job}: bytes {asked} to {chunk['offset']} of {where}'s output were left out{why}"
 
 
 def cmd_quota(api: Client, args: argparse.Namespace) -> int:
@@ -800,7 +848,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Command line of npuportal. Reads NPUPORTAL_URL (default http://127.0.0.1:8000) "
         "and NPUPORTAL_TOKEN (an API token: make one with POST /api/v1/tokens/ or in the console).",
         epilog="exit codes: 0 ok, 1 refused by the API, 2 usage error, 3 server unreachable or failing, "
-        "4 not signed in or not allowed, 130 interrupted, 141 stdout closed early (e.g. | head)",
+        "4 not signed in or not allowed, 5 output incomplete (logs), 130 interrupted, "
+        "141 stdout closed early (e.g. | head)",
     )
     parser.add_argument("--version", action="version", version=f"npuctl {__version__}")
     parser.add_argument("--url", type=_url, help="server URL (default $NPUPORTAL_URL or http://127.0.0.1:8000)")

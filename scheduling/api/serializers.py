@@ -367,6 +367,13 @@ class JobOutputSerializer(serializers.Serializer):
     data = serializers.CharField(allow_blank=True, help_text="the output, UTF-8 (undecodable bytes as U+FFFD)")
     complete = serializers.BooleanField(help_text="the run has ended and this reaches the end of its output")
     note = serializers.CharField(allow_null=True, help_text="why output is missing or comes from the kept copy")
+    size = serializers.IntegerField(
+        allow_null=True, help_text="bytes of the run's whole log on the node, when known (null: not known)"
+    )
+    lines = serializers.IntegerField(
+        allow_null=True,
+        help_text="lines of the run's whole log, in answers to tail (and from the kept copy); null when not known",
+    )
     attempt = serializers.IntegerField(allow_null=True, help_text="which run (1: the first start)")
     attempts = serializers.IntegerField(help_text="how many runs the job has had")
     node = serializers.CharField(allow_null=True, help_text="which node's output this is")

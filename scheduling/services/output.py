@@ -125,9 +125,12 @@ def read_output(
         if found.get("complete") and saved is None:
             keep_output(job.pk, attempt, node)
         complete = bool(found.get("complete")) or (ended and found.get("state") in (None, "lost"))
-        return _answer(
+        answer = _answer(
             int(found["offset"]), int(found["next_offset"]), found["data"], complete, source="agent", **where
         )
+        answer["size"] = _whole(found.get("size"))
+        answer["lines"] = _whole(found.get("lines"))  # tail answers only: the agent counts them then
+        return answer
     if saved is not None:
         answer = _from_saved(saved, None, None, where)
         answer["note"] = f"{note}; the end of its output is kept from byte {saved.offset}"
@@ -142,7 +145,26 @@ def _agent(name: str) -> AgentClient | None:
 
 
 def _answer(offset: int, next_offset: int, data: str, complete: bool, **extra: Any) -> dict[str, Any]:
-    return {"offset": offset, "next_offset": next_offset, "data": data, "complete": complete, "note": None, **extra}
+    return {
+        "offset": offset,
+        "next_offset": next_offset,
+        "data": data,
+        "complete": complete,
+        "note": None,
+        "size": None,
+        "lines": None,
+        **extra,
+    }
+
+
+def _whole(value: object) -> int | None:
+    """A count from an agent's answer, or ``None`` when it gave none (an older agent) or not a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def line_count(text: str) -> int:
+    """Lines in ``text`` as a terminal shows them: a last line without its newline counts too."""
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
 def _from_saved(saved: JobOutput, offset: int | None, tail: int | None, where: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +177,10 @@ def _from_saved(saved: JobOutput, offset: int | None, tail: int | None, where: d
     else:
         begin = min(max(offset or saved.offset, saved.offset), end)
         chunk = raw[begin - saved.offset :]
-    return _answer(begin, end, chunk.decode("utf-8", errors="replace"), True, source="saved", **where)
+    answer = _answer(begin, end, chunk.decode("utf-8", errors="replace"), True, source="saved", **where)
+    answer["size"] = saved.size
+    answer["lines"] = saved.lines if saved.lines is not None else (line_count(saved.data) if not saved.offset else None)
+    return answer
 
 
 def keep_output(job_id: int, attempt: int, node: str) -> bool:
@@ -181,11 +206,16 @@ def keep_output(job_id: int, attempt: int, node: str) -> bool:
                 begin += len(data[:cut].encode())
                 data = data[cut:]
             size = int(last.get("size", size))
+        # How many lines the whole log has, for "the last 500 of 50,001 lines" once the node is gone.
+        lines = line_count(data) if begin == 0 else _whole((client.log(rid, tail=0) or {}).get("lines"))
     except (AgentError, KeyError, TypeError, ValueError) as exc:
         log.info("could not keep the output of run %s from %s: %s", rid, node, exc)
         return False
     JobOutput.objects.update_or_create(
-        job_id=job_id, attempt=attempt, node=node, defaults={"offset": begin, "size": size, "data": data}
+        job_id=job_id,
+        attempt=attempt,
+        node=node,
+        defaults={"offset": begin, "size": size, "lines": lines, "data": data},
     )
     return True
 
