@@ -94,3 +94,45 @@ def test_a_running_jobs_logs_print_what_it_wrote_so_far(cluster, submit, npuctl)
         time.sleep(0.2)
     assert (code, out) == (0, "first\n")
     assert f"job {job.pk}: run 1 is still going; this is its output so far (-f follows)" in err
+
+
+def _download(client, job: Job, **params: object) -> tuple[int, str, object]:  # type: ignore[no-untyped-def]
+    resp = client.get(f"/api/v1/jobs/{job.pk}/log/download/", params)
+    body = b"".join(resp.streaming_content).decode() if resp.status_code == 200 else resp.json()
+    return resp.status_code, body, resp
+
+
+def test_the_whole_output_downloads_for_the_team_only(cluster, submit, api, user_factory, client) -> None:
+    job, agent = _ended(cluster, submit, LONG)
+    lead = api(get_user_model().objects.get(username="lead-training"))
+    status, text, resp = _download(lead, job)
+    assert status == 200 and text == LONG_TEXT
+    assert resp["Content-Type"] == "text/plain; charset=utf-8"
+    node = JobOutput.objects.get(job=job).node
+    assert resp["Content-Disposition"] == f'attachment; filename="job-{job.pk}-run-1-{node}.log"'
+
+    # Isolation: no team sees another's output, by token or by the console's session.
+    other = api(user_factory("eve", team="research", role="lead"))
+    status, body, _ = _download(other, job)
+    assert status == 404 and str(job.pk) not in str(body), body
+    client.force_login(get_user_model().objects.get(username="eve"))
+    assert client.get(f"/api/v1/jobs/{job.pk}/log/download/").status_code == 404
+    client.force_login(user_factory("tess", team="training"))  # a member of the job's team, signed in
+    assert b"".join(client.get(f"/api/v1/jobs/{job.pk}/log/download/").streaming_content).decode() == LONG_TEXT
+    client.logout()
+    assert client.get(f"/api/v1/jobs/{job.pk}/log/download/").status_code in (401, 403)
+    assert lead.get(f"/api/v1/jobs/{job.pk}/log/download/", {"attempt": "2"}).json()["field"] == "attempt"
+
+    # With its node gone, the file says which bytes are missing before the kept end.
+    agent.kill(signal.SIGTERM)
+    kept = JobOutput.objects.get(job=job)
+    status, text, _ = _download(lead, job)
+    head, rest = text.split("\n", 1)
+    assert status == 200 and head.startswith(f"[npuportal: bytes 0 to {kept.offset} of this output were left out: ")
+    assert rest == kept.data and LONG_TEXT.endswith(rest)
+
+
+def test_a_job_that_never_started_downloads_a_line_saying_so(demo, submit, api) -> None:
+    job = submit("echo hi")
+    lead = api(get_user_model().objects.get(username="lead-training"))
+    assert _download(lead, job)[1] == "[npuportal: this job has not started, so it has no output]\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,23 +95,11 @@ def read_output(
     """
     if offset is not None and tail is not None:
         raise OutputError("tail", "give offset or tail, not both")
-    runs = runs_of(job)
-    if not runs:
-        if attempt is not None:
-            raise OutputError("attempt", f"job {job.pk} has not started yet, so it has no runs")
+    found_run = _locate(job, attempt, node)
+    if found_run is None:
         start = offset or 0
         return _answer(start, start, "", job.is_final, attempt=None, attempts=0, node=None, nodes=[], source="none")
-    if attempt is None:
-        attempt = len(runs)
-    elif not 1 <= attempt <= len(runs):
-        raise OutputError("attempt", f"job {job.pk} has runs 1 to {len(runs)}, not {attempt}")
-    run = runs[attempt - 1]
-    if node is None:
-        node = run.nodes[0]
-    elif node not in run.nodes:
-        raise OutputError("node", f"run {attempt} of job {job.pk} ran on {', '.join(run.nodes)}, not {node!r}")
-    ended = attempt < len(runs) or job.state != Job.State.RUNNING
-    where = {"attempt": attempt, "attempts": len(runs), "node": node, "nodes": list(run.nodes)}
+    attempt, node, ended, where = found_run
     saved = JobOutput.objects.filter(job=job, attempt=attempt, node=node).first()
     if saved is not None and (tail is not None or offset is None or offset >= saved.offset):
         return _from_saved(saved, offset, tail, where)
@@ -137,6 +125,77 @@ def read_output(
         return answer
     start = offset or 0
     return _answer(start, start, "", ended, source="none", note=note, **where)
+
+
+def _locate(job: Job, attempt: int | None, node: str | None) -> tuple[int, str, bool, dict[str, Any]] | None:
+    """``(attempt, node, ended, where)`` of the run asked for (default: the latest, its first node); ``None``
+    when the job never started. ``OutputError`` names ``attempt`` or ``node`` when there is no such run."""
+    runs = runs_of(job)
+    if not runs:
+        if attempt is not None:
+            raise OutputError("attempt", f"job {job.pk} has not started yet, so it has no runs")
+        return None
+    if attempt is None:
+        attempt = len(runs)
+    elif not 1 <= attempt <= len(runs):
+        raise OutputError("attempt", f"job {job.pk} has runs 1 to {len(runs)}, not {attempt}")
+    run = runs[attempt - 1]
+    if node is None:
+        node = run.nodes[0]
+    elif node not in run.nodes:
+        raise OutputError("node", f"run {attempt} of job {job.pk} ran on {', '.join(run.nodes)}, not {node!r}")
+    ended = attempt < len(runs) or job.state != Job.State.RUNNING
+    return attempt, node, ended, {"attempt": attempt, "attempts": len(runs), "node": node, "nodes": list(run.nodes)}
+
+
+@dataclass(frozen=True)
+class Download:
+    """One run's whole output on one node, as a file: its name and its bytes, read as they are sent."""
+
+    filename: str
+    chunks: Iterator[bytes]
+
+
+def download_output(job: Job, *, attempt: int | None = None, node: str | None = None) -> Download:
+    """The whole output of one run on one node (default: the latest run, its first node), for a download.
+
+    Read from the node's agent a page at a time while it is sent, so a 64 MiB log is never held
+    whole; where the node no longer has it, the kept end follows a line saying which bytes are
+    missing and why, so a downloaded file never passes for whole when it is not.
+    """
+    found_run = _locate(job, attempt, node)
+    if found_run is None:
+        return Download(f"job-{job.pk}.log", iter([b"[npuportal: this job has not started, so it has no output]\n"]))
+    attempt, node, _ended, _where = found_run
+    saved = JobOutput.objects.filter(job=job, attempt=attempt, node=node).first()
+    client = _agent(node)
+    name = f"job-{job.pk}-run-{attempt}-{re.sub(r'[^A-Za-z0-9._-]', '_', node)}.log"
+    return Download(name, _chunks(client, run_id(job.pk, attempt), node, saved))
+
+
+def _chunks(client: AgentClient | None, rid: str, node: str, saved: JobOutput | None) -> Iterator[bytes]:
+    """The bytes of a run's log from its agent, page by page; the kept end (or a line why not) for the rest."""
+    offset = 0
+    while saved is None or offset < saved.offset:
+        try:
+            found = client.log(rid, offset=offset) if client is not None else None
+            why = f"node {node} no longer has this run's output" if found is None else ""
+        except AgentError as exc:
+            found, why = None, f"node {node} did not answer ({exc})"
+        if found is None:
+            if saved is None:
+                yield f"[npuportal: the output from byte {offset} on could not be read: {why}]\n".encode()
+                return
+            yield f"[npuportal: bytes {offset} to {saved.offset} of this output were left out: {why}]\n".encode()
+            break
+        data = str(found.get("data") or "").encode()
+        yield data
+        offset = int(found["next_offset"])
+        if not data or offset >= int(found.get("size", offset)):
+            return  # the end of what the run has written (a kept end is a copy of its last part)
+    if saved is not None:
+        raw = saved.data.encode()
+        yield raw[max(0, offset - saved.offset) :]
 
 
 def _agent(name: str) -> AgentClient | None:
