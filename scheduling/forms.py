@@ -151,7 +151,8 @@ class JobSubmitForm(forms.Form):
         """A command or a script (typed or uploaded), one of them; a script's directives are read here."""
         data = super().clean()
         upload = data.get("script_file")
-        typed = data.get("script") or ""
+        # A browser sends a textarea's lines ended by \r\n (the HTML rule), whatever the user typed.
+        typed = (data.get("script") or "").replace("\r\n", "\n")
         given = [name for name, value in (("command", data.get("command")), ("script", typed.strip())) if value]
         if upload:
             given.append("script_file")

@@ -90,6 +90,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "explain": _explain(job),
         "posix_user": posix_account(job.submitter),
         "env": sorted((job.env or {}).items()),
+        "command_lines": "\n" in job.command.rstrip("\n"),  # a batch script: shown as it is written
     }
     return render(request, "job_detail.html", context)
 

@@ -53,6 +53,14 @@ def test_a_typed_scripts_directives_fill_the_fields_left_alone(lena) -> None:
     assert "Batch script: directives not honoured: --partition=debug (line 4: no partitions here" in html
 
 
+def test_a_browsers_textarea_line_breaks_are_not_the_scripts(lena) -> None:
+    """Browsers send a textarea's lines with \\r\\n (the HTML rule): the script typed has Unix ones."""
+    assert lena.post("/jobs/new/", _form(script=SCRIPT.replace("\n", "\r\n"))).status_code == 302
+    assert "\r" not in Job.objects.get(name="bert").command
+    upload = SimpleUploadedFile("dos.sh", SCRIPT.replace("\n", "\r\n").encode())
+    assert "DOS line breaks" in lena.post("/jobs/new/", _form(script_file=upload)).content.decode()  # a file's own
+
+
 def test_fields_the_user_changed_win_over_directives(lena) -> None:
     lena.post("/jobs/new/", _form(script=SCRIPT, num_devices="4", name="mine", max_duration_s="10m"))
     job = Job.objects.get(name="mine")

@@ -378,6 +378,17 @@ def _utf8_boundary(data: bytes) -> int:
     return end
 
 
+def log_lines(data: bytes) -> list[bytes]:
+    """``data`` cut after each ``\n``, each piece keeping it: lines as a terminal counts them.
+
+    Not ``bytes.splitlines``, which also cuts at a ``\r``: a progress bar redrawn a hundred times
+    with ``\r`` is one line of a log, not a hundred.
+    """
+    pieces = data.split(b"\n")
+    lines = [piece + b"\n" for piece in pieces[:-1]]
+    return [*lines, pieces[-1]] if pieces[-1] else lines
+
+
 def count_lines(fh: BinaryIO, end: int) -> int:
     """Newlines in the first ``end`` bytes of ``fh``, read in blocks (a 64 MiB log takes a few tens of ms)."""
     fh.seek(0)
@@ -408,7 +419,7 @@ def read_log(path: Path, *, offset: int | None = None, tail: int | None = None) 
                 start = max(0, size - _TAIL_BYTES * 4)
                 fh.seek(start)
                 data = fh.read(size - start)
-                lines = data.splitlines(keepends=True)
+                lines = log_lines(data)
                 if start > 0 and lines:
                     lines = lines[1:]  # the first line is probably cut
                 kept = lines[-tail:] if tail > 0 else []

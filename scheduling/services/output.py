@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from devices.agent.jobs import log_lines
 from devices.models import Node
 from devices.services.agent_client import AgentClient, AgentError
 from quotas.models import posix_account
@@ -230,7 +231,7 @@ def _from_saved(saved: JobOutput, offset: int | None, tail: int | None, where: d
     raw = saved.data.encode()
     end = saved.offset + len(raw)
     if tail is not None:
-        lines = raw.splitlines(keepends=True)
+        lines = log_lines(raw)
         chunk = b"".join(lines[-tail:]) if tail > 0 else b""
         begin = end - len(chunk)
     else:

@@ -788,3 +788,12 @@ def test_a_tail_counts_the_lines_of_the_whole_log(tmp_path: Path) -> None:
     assert answer["data"].endswith("line 49999\nno newline")
     assert read_log(tmp_path / "none.log", tail=5)["lines"] == 0
     assert "lines" not in read_log(log, offset=0)  # a byte range does not read the whole file
+
+
+def test_a_progress_bar_redrawn_with_carriage_returns_is_one_line(tmp_path: Path) -> None:
+    from devices.agent.jobs import read_log
+
+    log = tmp_path / "j.log"
+    log.write_bytes(b"start\nprogress 10%\rprogress 50%\rprogress 100%\ndone\n")
+    answer = read_log(log, tail=2)
+    assert answer["data"] == "progress 10%\rprogress 50%\rprogress 100%\ndone\n" and answer["lines"] == 3
