@@ -22,15 +22,16 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from npuctl import __version__
 from npuctl.batch import ScriptError, read_script
-from npuctl.client import AuthFailed, Client, Refused, Unreachable
+from npuctl.client import ApiError, AuthFailed, Client, Refused, Unreachable
 from npuctl.durations import format_duration, parse_duration, parse_moment
 from npuctl.hostlist import compress
-from npuctl.tables import table, when
+from npuctl.tables import Clock, table
 
 #: Seconds between two asks of ``logs --follow`` when nothing new came.
 FOLLOW_INTERVAL_S = 1.0
@@ -129,11 +130,33 @@ def _timeout(text: str) -> float:
     return value
 
 
-def _moment(text: str) -> datetime:
+def _moment(text: str) -> str:
+    """``--since``/``--until`` as typed, once it reads as a time (it is read on the policy's clock later)."""
     try:
-        return parse_moment(text)
+        parse_moment(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def policy_zone(api: Client) -> tzinfo | None:
+    """The policy's time zone, from ``GET /api/v1/clock/``; ``None`` (this computer's) when the server has none.
+
+    Without a time zone database here (``zoneinfo`` finds no ``Asia/Shanghai``), the offset the
+    server gives for now stands in, under the zone's short name.
+    """
+    try:
+        clock = api.get("clock/")
+        name = clock["timezone"]
+        return ZoneInfo(name)
+    except (ApiError, KeyError, TypeError):
+        return None  # a server from before /clock/: times on this computer's clock, labelled with its zone
+    except (ZoneInfoNotFoundError, ValueError):
+        offset = str(clock.get("utc_offset") or "+00:00")
+        sign = -1 if offset.startswith("-") else 1
+        hours, _, minutes = offset.lstrip("+-").partition(":")
+        delta = timedelta(hours=int(hours or 0), minutes=int(minutes or 0)) * sign
+        return timezone(delta, str(clock.get("abbreviation") or name))
 
 
 def _states(given: list[str] | None, allowed: list[str], default: list[str], extra: Sequence[str] = ()) -> list[str]:
@@ -247,10 +270,10 @@ def _dev(job: dict[str, Any]) -> str:
     return f"{job['num_devices']}x{chip}" if chip else str(job["num_devices"])
 
 
-def _preempted(job: dict[str, Any]) -> str:
+def _preempted(job: dict[str, Any], clock: Clock) -> str:
     """A running job's REASON: when it must be off its devices, if a preemption was decided."""
     deadline = job.get("preempt_deadline")
-    return f"preempted, stops {when(deadline)}" if job["state"] == "running" and deadline else ""
+    return f"preempted, stops {clock.when(deadline)}" if job["state"] == "running" and deadline else ""
 
 
 def cmd_queue(api: Client, args: argparse.Namespace) -> int:
@@ -271,8 +294,8 @@ def cmd_queue(api: Client, args: argparse.Namespace) -> int:
             j["priority_class"],
             _dev(j),
             j["state"],
-            j["pending_reason"] if j["state"] == "pending" else _preempted(j),
-            when(j.get("estimated_start")) if j["state"] == "pending" else "",
+            j["pending_reason"] if j["state"] == "pending" else _preempted(j, args.clock),
+            args.clock.when(j.get("estimated_start")) if j["state"] == "pending" else "",
             compress(j.get("nodes") or []),
         )
         for j in sorted(jobs, key=lambda j: (j["state"] != "running", j["id"]))
@@ -296,6 +319,14 @@ def elapsed(job: dict[str, Any]) -> str:
     return f"{days}-{left // 3600:02d}:{left % 3600 // 60:02d}:{left % 60:02d}" if days else text
 
 
+def _without_zone(text: str) -> bool:
+    """Whether ``text`` is a date or time with no offset (``2026-11-01``, ``...T08:00``), not ``now`` or ``7d``."""
+    try:
+        return datetime.fromisoformat(text.strip()).tzinfo is None
+    except ValueError:
+        return False
+
+
 def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -303,17 +334,27 @@ def _utc(moment: datetime) -> str:
 def cmd_history(api: Client, args: argparse.Namespace) -> int:
     """Ended jobs, like sacct: what ran, how long, how it ended, what it used."""
     states = _states(args.state, ENDED_STATES, ENDED_STATES)
+    clock: Clock = args.clock
     # Without --since: the day before --until (or before now), so `--until 3d` alone still shows a day.
-    since = args.since or parse_moment(HISTORY_DEFAULT_SINCE, args.until)
-    if args.until is not None and args.until <= since:
-        raise _UsageError(f"--until ({when(args.until.isoformat())}) must be after --since ({when(since.isoformat())})")
+    # Ordered on this computer's clock first (one zone for both: the same order), so a usage error asks nothing.
+    until = parse_moment(args.until) if args.until is not None else None
+    since = parse_moment(args.since) if args.since is not None else parse_moment(HISTORY_DEFAULT_SINCE, until)
+    if until is not None and until <= since:
+        raise _UsageError(f"--until ({args.until}) must be after --since ({args.since or HISTORY_DEFAULT_SINCE})")
+    # A date or time without a zone is read on the clock times are printed on: the policy's (--utc: UTC).
+    if args.until is not None and _without_zone(args.until):
+        until = parse_moment(args.until, zone=clock.zone)
+    if args.since is not None and _without_zone(args.since):
+        since = parse_moment(args.since, zone=clock.zone)
+    elif args.since is None:
+        since = parse_moment(HISTORY_DEFAULT_SINCE, until)
     params: dict[str, Any] = {
         "state": states,
         "team": args.team,
         "user": args.user,
         "ended_after": _utc(since),
         # The API's bound is exclusive; a whole second later keeps a job ending at --until itself.
-        "ended_before": _utc(args.until + timedelta(seconds=1)) if args.until is not None else None,
+        "ended_before": _utc(until + timedelta(seconds=1)) if until is not None else None,
     }
     jobs = api.get_all("jobs/", limit=1000, **params)
     if api.truncated:
@@ -331,7 +372,7 @@ def cmd_history(api: Client, args: argparse.Namespace) -> int:
             elapsed(j),
             j.get("exit_code"),
             f"{j['device_hours']:.2f}" if j.get("device_hours") is not None else None,
-            when(j.get("ended_at")),
+            clock.when(j.get("ended_at")),
         )
         for j in jobs
     ]
@@ -368,6 +409,7 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
     if args.json:
         _json(job)
         return OK
+    clock: Clock = args.clock
     fields = [
         ("job", f"{job['id']} {job['name']}"),
         (
@@ -391,19 +433,19 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
                 else ""
             ),
         ),
-        ("submitted", when(job["submitted_at"], seconds=True)),
-        ("started", when(job["started_at"], seconds=True)),
-        ("ended", when(job["ended_at"], seconds=True)),
+        ("submitted", clock.when(job["submitted_at"], seconds=True)),
+        ("started", clock.when(job["started_at"], seconds=True)),
+        ("ended", clock.when(job["ended_at"], seconds=True)),
     ]
     if job["state"] == "pending":
         reason = job["pending_reason"] + (f": {job['pending_reason_text']}" if job.get("pending_reason_text") else "")
         fields.append(("waiting", reason + (f" ({job['pending_detail']})" if job.get("pending_detail") else "")))
-        fields.append(("est. start", when(job.get("estimated_start"))))
+        fields.append(("est. start", clock.when(job.get("estimated_start"))))
     if job["state"] == "running" and job.get("preempt_deadline"):
         fields.append(
             (
                 "preempted",
-                f"must be off its devices by {when(job['preempt_deadline'], seconds=True)} "
+                f"must be off its devices by {clock.when(job['preempt_deadline'], seconds=True)} "
                 "(called off if no waiting job needs them by then)",
             )
         )
@@ -428,12 +470,12 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
             ("RECORDED", "FROM", "TO", "REASON", "DETAIL", "REPORTED"),
             [
                 (
-                    when(e.get("recorded_at") or e["at"], seconds=True),
+                    clock.when(e.get("recorded_at") or e["at"], seconds=True),
                     e["from_state"],
                     e["to_state"],
                     e["reason"],
                     e["detail"],
-                    when(e["reported_at"], seconds=True) if e.get("reported_at") else "",
+                    clock.when(e["reported_at"], seconds=True) if e.get("reported_at") else "",
                 )
                 for e in job["events"]  # in the order the portal recorded them
             ],
@@ -452,8 +494,8 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
                         a["chip_model"],
                         a["vnpu_template"],
                         a["device_share"],
-                        when(a["start"], seconds=True),
-                        when(a["end"], seconds=True),
+                        clock.when(a["start"], seconds=True),
+                        clock.when(a["end"], seconds=True),
                     )
                     for a in job["allocations"]
                 ],
@@ -570,9 +612,10 @@ def cmd_quota(api: Client, args: argparse.Namespace) -> int:
         return OK
     quota = team["quota"]
     version = quota.get("policy_version")
+    at = args.clock.when(quota["at"]) if args.utc else f"{quota['at'][:16].replace('T', ' ')} ({quota['timezone']})"
     _out(
-        f"team {name}: schedule {quota['schedule'] or '(base)'} in force at {quota['at'][:16].replace('T', ' ')} "
-        f"({quota['timezone']}), policy v{version if version is not None else '-'}"
+        f"team {name}: schedule {quota['schedule'] or '(base)'} in force at {at}, "
+        f"policy v{version if version is not None else '-'}"
     )
     keys = sorted({*quota["guaranteed"], *quota["max"], *quota["in_use"]}, key=lambda k: (k != "devices", k))
     rows = [
@@ -858,6 +901,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_timeout, default=30.0, help="seconds to wait for the server, more than 0 (default 30)"
     )
     parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+    parser.add_argument(
+        "--utc",
+        action="store_true",
+        help="print times as ISO 8601 in UTC (2026-12-03T01:15:00Z), and read dates without a zone in UTC; "
+        "default: on the policy's clock, labelled (12-03 09:15 CST), as the console shows them",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def command(
@@ -865,6 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+        p.add_argument("--utc", action="store_true", default=argparse.SUPPRESS, help="times in UTC, ISO 8601")
         p.set_defaults(handler=handler)
         return p
 
@@ -934,6 +984,7 @@ def build_parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         p = psub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+        p.add_argument("--utc", action="store_true", default=argparse.SUPPRESS, help="times in UTC, ISO 8601")
         p.set_defaults(handler=handler)
         return p
 
@@ -988,6 +1039,7 @@ def _main(argv: Sequence[str] | None) -> int:
             _err(f"NPUPORTAL_URL: {exc}")
             return USAGE
     api = Client(args.url, args.token, timeout=args.timeout)
+    args.clock = Clock(lambda: policy_zone(api), utc=args.utc)
     try:
         return args.handler(api, args)
     except _UsageError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
+from npuportal.api_clock import ClockViewSet
 from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
 
@@ -21,6 +22,7 @@ router.register("nodes", NodeViewSet, basename="node")
 router.register("devices", DeviceViewSet, basename="device")
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("clock", ClockViewSet, basename="clock")
 
 # Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
 urlpatterns = router.urls

@@ -174,13 +174,16 @@ def test_a_queue_longer_than_npuctl_reads_says_it_is_cut(capsys, monkeypatch) ->
 
 
 def test_a_running_jobs_reason_says_when_its_preemption_stops_it() -> None:
-    from npuctl.main import _preempted
-    from npuctl.tables import when
+    from zoneinfo import ZoneInfo
 
+    from npuctl.main import _preempted
+    from npuctl.tables import Clock
+
+    shanghai = Clock(lambda: ZoneInfo("Asia/Shanghai"))
     running = {"state": "running", "preempt_deadline": "2026-11-30T10:05:00+00:00"}
-    assert _preempted(running) == f"preempted, stops {when('2026-11-30T10:05:00+00:00')}"
-    assert _preempted({"state": "running", "preempt_deadline": None}) == ""
-    assert _preempted({"state": "pending"}) == ""
+    assert _preempted(running, shanghai) == "preempted, stops 11-30 18:05 CST"
+    assert _preempted({"state": "running", "preempt_deadline": None}, shanghai) == ""
+    assert _preempted({"state": "pending"}, shanghai) == ""
 
 
 # -- queue's NODELIST, history, usage's cost ------------------------------------------------
