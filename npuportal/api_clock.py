@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from npuportal.display_time import policy_zone_name
 from quotas.api.errors import error_responses
 
 
-class ClockViewSet(viewsets.ViewSet):
+class ClockView(APIView):
     """The policy's clock: its zone name, its abbreviation and offset now, and the time now on it."""
 
     @extend_schema(
@@ -34,7 +35,7 @@ class ClockViewSet(viewsets.ViewSet):
             **error_responses(401),
         },
     )
-    def list(self, request: Request) -> Response:
+    def get(self, request: Request) -> Response:
         from scheduling.engine.policy import zone
 
         name = policy_zone_name()
