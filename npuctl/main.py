@@ -612,7 +612,7 @@ def cmd_quota(api: Client, args: argparse.Namespace) -> int:
         return OK
     quota = team["quota"]
     version = quota.get("policy_version")
-    at = args.clock.when(quota["at"]) if args.utc else f"{quota['at'][:16].replace('T', ' ')} ({quota['timezone']})"
+    at = args.clock.when(quota["at"])  # on the policy's clock, labelled, as every time npuctl prints
     _out(
         f"team {name}: schedule {quota['schedule'] or '(base)'} in force at {at}, "
         f"policy v{version if version is not None else '-'}"
