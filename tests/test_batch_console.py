@@ -101,3 +101,22 @@ def test_a_script_that_cannot_be_submitted_says_why_on_its_field(lena, fields, f
 def test_a_command_still_submits_with_its_programs_name(lena) -> None:
     assert lena.post("/jobs/new/", _form(command="python eval.py --shard 3")).status_code == 302
     assert Job.objects.get(name="python").command == "python eval.py --shard 3"
+
+
+def test_sbatch_patterns_in_an_output_path_are_filled_in_for_each_launch(demo) -> None:
+    """``%j %x %u %A %a %N %%`` as sbatch fills them; a pattern it does not know is left as written."""
+    from django.contrib.auth import get_user_model
+
+    from scheduling.services.jobs import JobSpec, submit_array, submit_job
+    from scheduling.services.output import output_file
+
+    lead = get_user_model().objects.get(username="lead-training")
+    team = Team.objects.get(name="training")
+    spec = JobSpec(name="a/b", command="x", output="/o/%x-%j-%u-%A-%a-%N-%%-%t.out")
+    job = submit_job(team=team, user=lead, spec=spec)
+    assert output_file(job, "n1") == f"/o/a_b-{job.pk}-lead-training-{job.pk}-0-n1-%-%t.out"
+    copies = submit_array(team=team, user=lead, spec=JobSpec(name="s", command="x", output="/o/%A_%a.out"), count=2)
+    first = copies[0].pk
+    assert [output_file(c, "n1") for c in copies] == [f"/o/{first}_0.out", f"/o/{first}_1.out"]
+    spec.output = "/o/plain.out"
+    assert output_file(submit_job(team=team, user=lead, spec=spec), "n1") == "/o/plain.out"
