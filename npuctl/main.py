@@ -222,12 +222,16 @@ def shell_command(argv: Sequence[str]) -> str:
 
 
 def cmd_submit(api: Client, args: argparse.Namespace) -> int:
-    if args.argv and not args.command_text and not args.after_dashes and os.path.isfile(args.argv[0]):
-        return _submit_script(api, args, args.argv[0], args.argv[1:])  # `npuctl submit job.sh`: a batch script
-    command = args.command_text or shell_command(args.argv).strip()
+    argv = list(args.argv or [])
+    after_dashes = bool(argv) and argv[0] == "--"
+    if after_dashes:
+        argv = argv[1:]
+    if argv and not args.command_text and not after_dashes and os.path.isfile(argv[0]):
+        return _submit_script(api, args, argv[0], argv[1:])  # `npuctl submit job.sh`: a batch script
+    command = args.command_text or shell_command(argv).strip()
     if not command:
         raise _UsageError("give the command with --command CMD or after `--`, e.g. npuctl submit -- python train.py")
-    program = args.argv[0] if len(args.argv) > 1 and not args.command_text else command.split()[0]
+    program = argv[0] if len(argv) > 1 and not args.command_text else command.split()[0]
     body: dict[str, Any] = {"name": os.path.basename(program)[:200] or "job", **_given(args)}
     body["command"] = command
     return _post_job(api, args, body)
@@ -907,6 +911,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print times as ISO 8601 in UTC (2026-12-03T01:15:00Z), and read dates without a zone in UTC; "
         "default: on the policy's clock, labelled (12-03 09:15 CST), as the console shows them",
     )
+    parser.set_defaults(clock=Clock())  # main() gives the policy's; a handler called alone prints local times
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def command(
@@ -1029,9 +1034,6 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
         return exc.code if isinstance(exc.code, int) else USAGE
-    args.after_dashes = bool(getattr(args, "argv", None)) and args.argv[0] == "--"
-    if args.after_dashes:
-        args.argv = args.argv[1:]
     if args.url is None and os.environ.get("NPUPORTAL_URL"):
         try:
             check_url(os.environ["NPUPORTAL_URL"])
