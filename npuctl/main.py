@@ -3,7 +3,8 @@
 Exit codes (a contract with scripts):
   0 ok · 1 the API refused (bad input, not found) · 2 usage error (a bad option, ``--url``, ``--timeout``
   or ``$NPUPORTAL_URL``, a file that cannot be read or is not UTF-8) · 3 cannot reach the server, or a
-  server error · 4 not signed in / not allowed · 130 interrupted (Ctrl-C) · 141 the reader of stdout
+  server error · 4 not signed in / not allowed · 5 ``logs`` printed less than the whole output (stderr
+  says what it left out) · 130 interrupted (Ctrl-C) · 141 the reader of stdout
   went away (``npuctl queue | head``), as for a program stopped by SIGPIPE.
 
 Human tables by default; ``--json`` prints the API's JSON as it came.
@@ -16,25 +17,28 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from npuctl import __version__
-from npuctl.client import AuthFailed, Client, Refused, Unreachable
+from npuctl.batch import ScriptError, read_script
+from npuctl.client import ApiError, AuthFailed, Client, Refused, Unreachable
 from npuctl.durations import format_duration, parse_duration, parse_moment
 from npuctl.hostlist import compress
-from npuctl.tables import table, when
+from npuctl.tables import Clock, table
 
 #: Seconds between two asks of ``logs --follow`` when nothing new came.
 FOLLOW_INTERVAL_S = 1.0
 #: The server's bound of ``--tail`` (scheduling.services.output.MAX_TAIL_LINES).
 MAX_TAIL_LINES = 10000
 
-OK, REFUSED, USAGE, UNREACHABLE, AUTH = 0, 1, 2, 3, 4
+OK, REFUSED, USAGE, UNREACHABLE, AUTH, INCOMPLETE = 0, 1, 2, 3, 4, 5
 INTERRUPTED, BROKEN_PIPE = 130, 141
 #: The longest ``--timeout`` taken: a socket cannot wait for ever (``inf`` overflows the OS's clock).
 MAX_TIMEOUT_S = 86400.0
@@ -126,11 +130,33 @@ def _timeout(text: str) -> float:
     return value
 
 
-def _moment(text: str) -> datetime:
+def _moment(text: str) -> str:
+    """``--since``/``--until`` as typed, once it reads as a time (it is read on the policy's clock later)."""
     try:
-        return parse_moment(text)
+        parse_moment(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def policy_zone(api: Client) -> tzinfo | None:
+    """The policy's time zone, from ``GET /api/v1/clock/``; ``None`` (this computer's) when the server has none.
+
+    Without a time zone database here (``zoneinfo`` finds no ``Asia/Shanghai``), the offset the
+    server gives for now stands in, under the zone's short name.
+    """
+    try:
+        clock = api.get("clock/")
+        name = clock["timezone"]
+        return ZoneInfo(name)
+    except (ApiError, KeyError, TypeError):
+        return None  # a server from before /clock/: times on this computer's clock, labelled with its zone
+    except (ZoneInfoNotFoundError, ValueError):
+        offset = str(clock.get("utc_offset") or "+00:00")
+        sign = -1 if offset.startswith("-") else 1
+        hours, _, minutes = offset.lstrip("+-").partition(":")
+        delta = timedelta(hours=int(hours or 0), minutes=int(minutes or 0)) * sign
+        return timezone(delta, str(clock.get("abbreviation") or name))
 
 
 def _states(given: list[str] | None, allowed: list[str], default: list[str], extra: Sequence[str] = ()) -> list[str]:
@@ -159,34 +185,82 @@ def _assignment(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields the submit options on the command line set (those not given are left out)."""
+    given: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("name", args.name),
+            ("num_devices", args.devices),
+            ("team", args.team),
+            ("chip_model", args.chip),
+            ("vnpu_template", args.vnpu),
+            ("priority_class", args.pclass),
+            ("estimated_duration_s", args.time),
+            ("max_duration_s", args.max_time),
+            ("checkpoint_interval_s", args.checkpoint_interval),
+            ("array", args.array),
+            ("cwd", args.chdir),
+            ("output", args.output),
+        )
+        if value is not None
+    }
+    if args.env:
+        given["env"] = dict(args.env)
+    return given
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """The command line that runs ``argv`` exactly: each argument quoted as the shell needs (``shlex.join``).
+
+    One argument alone is a command line already (``npuctl submit -- "python a.py > out.log"``) and is
+    kept as it is; two or more are a program and its arguments, each kept whole, as ``srun`` keeps them.
+    """
+    if len(argv) == 1:
+        return argv[0]
+    return shlex.join(argv)
+
+
 def cmd_submit(api: Client, args: argparse.Namespace) -> int:
-    command = args.command_text or " ".join(args.argv).strip()
+    argv = list(args.argv or [])
+    after_dashes = bool(argv) and argv[0] == "--"
+    if after_dashes:
+        argv = argv[1:]
+    if argv and not args.command_text and not after_dashes and os.path.isfile(argv[0]):
+        return _submit_script(api, args, argv[0], argv[1:])  # `npuctl submit job.sh`: a batch script
+    command = args.command_text or shell_command(argv).strip()
     if not command:
         raise _UsageError("give the command with --command CMD or after `--`, e.g. npuctl submit -- python train.py")
-    name = args.name or os.path.basename(command.split()[0])[:200]
-    body: dict[str, Any] = {"name": name, "command": command, "num_devices": args.devices}
-    for key, value in (
-        ("team", args.team),
-        ("chip_model", args.chip),
-        ("vnpu_template", args.vnpu),
-        ("priority_class", args.pclass),
-        ("estimated_duration_s", args.time),
-        ("max_duration_s", args.max_time),
-        ("checkpoint_interval_s", args.checkpoint_interval),
-        ("array", args.array),
-        ("cwd", args.chdir),
-        ("output", args.output),
-    ):
-        if value is not None:
-            body[key] = value
-    if args.env:
-        body["env"] = dict(args.env)
+    program = argv[0] if len(argv) > 1 and not args.command_text else command.split()[0]
+    body: dict[str, Any] = {"name": os.path.basename(program)[:200] or "job", **_given(args)}
+    body["command"] = command
+    return _post_job(api, args, body)
+
+
+def cmd_batch(api: Client, args: argparse.Namespace) -> int:
+    """``npuctl batch job.sh [args]``: submit a batch script, its ``#NPU``/``#SBATCH`` directives read."""
+    return _submit_script(api, args, args.script, args.script_args)
+
+
+def _submit_script(api: Client, args: argparse.Namespace, path: str, script_args: Sequence[str]) -> int:
+    try:
+        text = read_text_file(path, "script")
+        batch = read_script(text, script_args, name=os.path.basename(path), environ=os.environ)
+    except ValueError as exc:  # unreadable, not UTF-8, or a directive that cannot be read (ScriptError)
+        raise _UsageError(f"{path}: {exc}" if isinstance(exc, ScriptError) else str(exc)) from exc
+    warning = batch.warning()
+    if warning:
+        _err(f"warning: {path}: {warning}")
+    return _post_job(api, args, batch.request(_given(args)))
+
+
+def _post_job(api: Client, args: argparse.Namespace, body: dict[str, Any]) -> int:
     created = api.post("jobs/", body)
     if args.json:
         _json(created)
         return OK
     jobs = created if isinstance(created, list) else [created]
-    if args.array:
+    if body.get("array"):
         _out(f"submitted job array {jobs[0]['array_id']}: " + " ".join(str(j["id"]) for j in jobs))
     else:
         _out(f"submitted job {jobs[0]['id']} ({jobs[0]['state']})")
@@ -200,10 +274,10 @@ def _dev(job: dict[str, Any]) -> str:
     return f"{job['num_devices']}x{chip}" if chip else str(job["num_devices"])
 
 
-def _preempted(job: dict[str, Any]) -> str:
+def _preempted(job: dict[str, Any], clock: Clock) -> str:
     """A running job's REASON: when it must be off its devices, if a preemption was decided."""
     deadline = job.get("preempt_deadline")
-    return f"preempted, stops {when(deadline)}" if job["state"] == "running" and deadline else ""
+    return f"preempted, stops {clock.when(deadline)}" if job["state"] == "running" and deadline else ""
 
 
 def cmd_queue(api: Client, args: argparse.Namespace) -> int:
@@ -224,8 +298,8 @@ def cmd_queue(api: Client, args: argparse.Namespace) -> int:
             j["priority_class"],
             _dev(j),
             j["state"],
-            j["pending_reason"] if j["state"] == "pending" else _preempted(j),
-            when(j.get("estimated_start")) if j["state"] == "pending" else "",
+            j["pending_reason"] if j["state"] == "pending" else _preempted(j, args.clock),
+            args.clock.when(j.get("estimated_start")) if j["state"] == "pending" else "",
             compress(j.get("nodes") or []),
         )
         for j in sorted(jobs, key=lambda j: (j["state"] != "running", j["id"]))
@@ -249,6 +323,14 @@ def elapsed(job: dict[str, Any]) -> str:
     return f"{days}-{left // 3600:02d}:{left % 3600 // 60:02d}:{left % 60:02d}" if days else text
 
 
+def _without_zone(text: str) -> bool:
+    """Whether ``text`` is a date or time with no offset (``2026-11-01``, ``...T08:00``), not ``now`` or ``7d``."""
+    try:
+        return datetime.fromisoformat(text.strip()).tzinfo is None
+    except ValueError:
+        return False
+
+
 def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -256,17 +338,27 @@ def _utc(moment: datetime) -> str:
 def cmd_history(api: Client, args: argparse.Namespace) -> int:
     """Ended jobs, like sacct: what ran, how long, how it ended, what it used."""
     states = _states(args.state, ENDED_STATES, ENDED_STATES)
+    clock: Clock = args.clock
     # Without --since: the day before --until (or before now), so `--until 3d` alone still shows a day.
-    since = args.since or parse_moment(HISTORY_DEFAULT_SINCE, args.until)
-    if args.until is not None and args.until <= since:
-        raise _UsageError(f"--until ({when(args.until.isoformat())}) must be after --since ({when(since.isoformat())})")
+    # Ordered on this computer's clock first (one zone for both: the same order), so a usage error asks nothing.
+    until = parse_moment(args.until) if args.until is not None else None
+    since = parse_moment(args.since) if args.since is not None else parse_moment(HISTORY_DEFAULT_SINCE, until)
+    if until is not None and until <= since:
+        raise _UsageError(f"--until ({args.until}) must be after --since ({args.since or HISTORY_DEFAULT_SINCE})")
+    # A date or time without a zone is read on the clock times are printed on: the policy's (--utc: UTC).
+    if args.until is not None and _without_zone(args.until):
+        until = parse_moment(args.until, zone=clock.zone)
+    if args.since is not None and _without_zone(args.since):
+        since = parse_moment(args.since, zone=clock.zone)
+    elif args.since is None:
+        since = parse_moment(HISTORY_DEFAULT_SINCE, until)
     params: dict[str, Any] = {
         "state": states,
         "team": args.team,
         "user": args.user,
         "ended_after": _utc(since),
         # The API's bound is exclusive; a whole second later keeps a job ending at --until itself.
-        "ended_before": _utc(args.until + timedelta(seconds=1)) if args.until is not None else None,
+        "ended_before": _utc(until + timedelta(seconds=1)) if until is not None else None,
     }
     jobs = api.get_all("jobs/", limit=1000, **params)
     if api.truncated:
@@ -284,7 +376,7 @@ def cmd_history(api: Client, args: argparse.Namespace) -> int:
             elapsed(j),
             j.get("exit_code"),
             f"{j['device_hours']:.2f}" if j.get("device_hours") is not None else None,
-            when(j.get("ended_at")),
+            clock.when(j.get("ended_at")),
         )
         for j in jobs
     ]
@@ -330,6 +422,7 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
     if args.json:
         _json(job)
         return OK
+    clock: Clock = args.clock
     fields = [
         ("job", f"{job['id']} {job['name']}"),
         (
@@ -353,19 +446,19 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
                 else ""
             ),
         ),
-        ("submitted", when(job["submitted_at"], seconds=True)),
-        ("started", when(job["started_at"], seconds=True)),
-        ("ended", when(job["ended_at"], seconds=True)),
+        ("submitted", clock.when(job["submitted_at"], seconds=True)),
+        ("started", clock.when(job["started_at"], seconds=True)),
+        ("ended", clock.when(job["ended_at"], seconds=True)),
     ]
     if job["state"] == "pending":
         reason = job["pending_reason"] + (f": {job['pending_reason_text']}" if job.get("pending_reason_text") else "")
         fields.append(("waiting", reason + (f" ({job['pending_detail']})" if job.get("pending_detail") else "")))
-        fields.append(("est. start", when(job.get("estimated_start"))))
+        fields.append(("est. start", clock.when(job.get("estimated_start"))))
     if job["state"] == "running" and job.get("preempt_deadline"):
         fields.append(
             (
                 "preempted",
-                f"must be off its devices by {when(job['preempt_deadline'], seconds=True)} "
+                f"must be off its devices by {clock.when(job['preempt_deadline'], seconds=True)} "
                 "(called off if no waiting job needs them by then)",
             )
         )
@@ -381,7 +474,8 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
         fields.append(("env", f"{name}={value}"))
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
-        _out(f"{key:<{width}}  {value}")
+        # A command of several lines (a batch script) is printed whole, each line under the first.
+        _out(f"{key:<{width}}  " + str(value).rstrip("\n").replace("\n", "\n" + " " * (width + 2)))
     _out()
     _out("events:")
     _out(
@@ -389,12 +483,12 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
             ("RECORDED", "FROM", "TO", "REASON", "DETAIL", "REPORTED"),
             [
                 (
-                    when(e.get("recorded_at") or e["at"], seconds=True),
+                    clock.when(e.get("recorded_at") or e["at"], seconds=True),
                     e["from_state"],
                     e["to_state"],
                     e["reason"],
                     e["detail"],
-                    when(e["reported_at"], seconds=True) if e.get("reported_at") else "",
+                    clock.when(e["reported_at"], seconds=True) if e.get("reported_at") else "",
                 )
                 for e in job["events"]  # in the order the portal recorded them
             ],
@@ -413,8 +507,8 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
                         a["chip_model"],
                         a["vnpu_template"],
                         a["device_share"],
-                        when(a["start"], seconds=True),
-                        when(a["end"], seconds=True),
+                        clock.when(a["start"], seconds=True),
+                        clock.when(a["end"], seconds=True),
                     )
                     for a in job["allocations"]
                 ],
@@ -445,13 +539,21 @@ def _number(value: Any) -> str:
 
 
 def cmd_logs(api: Client, args: argparse.Namespace) -> int:
-    """Print a job's output; with ``--follow``, keep printing until the run ends (like ``kubectl logs -f``)."""
+    """Print a job's whole output, page after page; with ``--follow``, keep printing until the run ends.
+
+    The output printed is all of it, or stderr says what was left out and the exit code is
+    :data:`INCOMPLETE`: the start of a run whose node is gone (only its end is kept), a node that
+    did not answer. A run still going has printed all it wrote so far (stderr says it goes on).
+    """
     params: dict[str, object] = {}
     if args.attempt:
         params["attempt"] = args.attempt
     if args.node:
         params["node"] = args.node
     query = {**params, "tail": args.tail} if args.tail is not None else {**params, "offset": 0}
+    pages: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    told_nodes = False
     while True:
         try:
             chunk = api.get(f"jobs/{args.job}/log/", **query)
@@ -459,21 +561,60 @@ def cmd_logs(api: Client, args: argparse.Namespace) -> int:
             if exc.status == 404:
                 raise _Refusal(f"job {args.job}: not found (or not your team's)") from exc
             raise
-        if args.json:
+        asked = query.get("offset")
+        if isinstance(asked, int) and chunk["offset"] > asked:  # the answer starts later than asked: a gap
+            left_out.append(_gap(args.job, chunk, asked))
+        if chunk.get("source") == "none" and chunk.get("note"):
+            left_out.append(f"job {args.job}: output from byte {chunk['offset']} on could not be read: {chunk['note']}")
+        elif chunk.get("note") and not args.json:
+            _err(f"job {args.job}: {chunk['note']}")
+        if not told_nodes and not args.node and len(chunk.get("nodes") or []) > 1 and not args.json:
+            others = ", ".join(n for n in chunk["nodes"] if n != chunk["node"])
+            count = len(chunk["nodes"])
+            _err(
+                f"job {args.job}: run {chunk['attempt']} ran on {count} nodes; this is {chunk['node']}'s output "
+                f"(--node for {others})"
+            )
+            told_nodes = True
+        pages.append(chunk)
+        if args.json and args.follow:
             _json(chunk)
-        elif chunk["data"]:
+        elif chunk["data"] and not args.json:
             sys.stdout.write(chunk["data"])
             sys.stdout.flush()
-        if chunk.get("note") and not args.json:
-            _err(f"job {args.job}: {chunk['note']}")
-        if chunk["complete"] or not args.follow:
-            return OK
-        if chunk["next_offset"] == query.get("offset"):
+        if chunk["complete"]:
+            break
+        progressed = chunk["next_offset"] > chunk["offset"]
+        if not args.follow:
+            at_end = chunk.get("size") is not None and chunk["next_offset"] >= chunk["size"]
+            if args.tail is not None or at_end or not progressed:
+                if chunk.get("attempt") and not left_out and not args.json:
+                    _err(
+                        f"job {args.job}: run {chunk['attempt']} is still going; this is its output so far (-f follows)"
+                    )
+                break
+        elif not progressed:
             time.sleep(FOLLOW_INTERVAL_S)  # nothing new yet
-        # Keep to the run being followed: a requeued job's next run is a new attempt.
+        # Keep to the run being read: a requeued job's next run is a new attempt.
         query = {**params, "attempt": chunk["attempt"] or "", "offset": chunk["next_offset"]}
         if not query["attempt"]:
             del query["attempt"]
+    if args.json and not args.follow:
+        _json({**pages[-1], "offset": pages[0]["offset"], "data": "".join(p["data"] for p in pages)})
+    for line in left_out:
+        _err(line)
+    return INCOMPLETE if left_out else OK
+
+
+def _gap(job: int, chunk: dict[str, Any], asked: int) -> str:
+    """What a gap in a run's output was, in words: which bytes, and why when the answer says."""
+    where = f"run {chunk.get('attempt')} on {chunk.get('node')}" if chunk.get("node") else "the run"
+    why = (
+        f" ({chunk['note']})"
+        if chunk.get("note")
+        else " (only the end of a run's output is kept once its node has it no more)"
+    )
+    return f"job {job}: bytes {asked} to {chunk['offset']} of {where}'s output were left out{why}"
 
 
 def cmd_quota(api: Client, args: argparse.Namespace) -> int:
@@ -484,9 +625,10 @@ def cmd_quota(api: Client, args: argparse.Namespace) -> int:
         return OK
     quota = team["quota"]
     version = quota.get("policy_version")
+    at = args.clock.when(quota["at"])  # on the policy's clock, labelled, as every time npuctl prints
     _out(
-        f"team {name}: schedule {quota['schedule'] or '(base)'} in force at {quota['at'][:16].replace('T', ' ')} "
-        f"({quota['timezone']}), policy v{version if version is not None else '-'}"
+        f"team {name}: schedule {quota['schedule'] or '(base)'} in force at {at}, "
+        f"policy v{version if version is not None else '-'}"
     )
     keys = sorted({*quota["guaranteed"], *quota["max"], *quota["in_use"]}, key=lambda k: (k != "devices", k))
     rows = [
@@ -728,35 +870,10 @@ class _Refusal(Exception):
     pass
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="npuctl",
-        description="Command line of npuportal. Reads NPUPORTAL_URL (default http://127.0.0.1:8000) "
-        "and NPUPORTAL_TOKEN (an API token: make one with POST /api/v1/tokens/ or in the console).",
-        epilog="exit codes: 0 ok, 1 refused by the API, 2 usage error, 3 server unreachable or failing, "
-        "4 not signed in or not allowed, 130 interrupted, 141 stdout closed early (e.g. | head)",
-    )
-    parser.add_argument("--version", action="version", version=f"npuctl {__version__}")
-    parser.add_argument("--url", type=_url, help="server URL (default $NPUPORTAL_URL or http://127.0.0.1:8000)")
-    parser.add_argument("--token", help="API token (default $NPUPORTAL_TOKEN)")
-    parser.add_argument(
-        "--timeout", type=_timeout, default=30.0, help="seconds to wait for the server, more than 0 (default 30)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-
-    def command(
-        name: str, handler: Callable[[Client, argparse.Namespace], int], help_text: str
-    ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
-        p.set_defaults(handler=handler)
-        return p
-
-    p = command("submit", cmd_submit, "submit a job (or an array of N jobs)")
-    p.add_argument("--name", help="job name (default: the command's program name)")
-    p.add_argument("--command", dest="command_text", metavar="CMD", help="the command line to run")
-    p.add_argument("--devices", "-n", type=_positive, default=1, metavar="N", help="whole cards (default 1)")
+def _submit_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``submit`` and ``batch``; ``batch`` takes them over the script's directives."""
+    p.add_argument("--name", help="job name (default: the command's program name, or the script's file name)")
+    p.add_argument("--devices", "-n", type=_positive, metavar="N", help="whole cards (default 1)")
     p.add_argument("--chip", metavar="MODEL", help="chip model, e.g. 910B4")
     p.add_argument("--vnpu", metavar="TEMPLATE", help="a vNPU slice instead of whole cards, e.g. vir02")
     p.add_argument("--class", dest="pclass", metavar="CLASS", help="priority class (default: the policy's default)")
@@ -779,7 +896,57 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chdir", "-D", metavar="DIR", help="absolute directory to start in on the nodes (default: home)")
     p.add_argument("--output", "-o", metavar="FILE", help="absolute path of a file the output is also appended to")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, after --")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="npuctl",
+        description="Command line of npuportal. Reads NPUPORTAL_URL (default http://127.0.0.1:8000) "
+        "and NPUPORTAL_TOKEN (an API token: make one with POST /api/v1/tokens/ or in the console).",
+        epilog="exit codes: 0 ok, 1 refused by the API, 2 usage error, 3 server unreachable or failing, "
+        "4 not signed in or not allowed, 5 output incomplete (logs), 130 interrupted, "
+        "141 stdout closed early (e.g. | head)",
+    )
+    parser.add_argument("--version", action="version", version=f"npuctl {__version__}")
+    parser.add_argument("--url", type=_url, help="server URL (default $NPUPORTAL_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--token", help="API token (default $NPUPORTAL_TOKEN)")
+    parser.add_argument(
+        "--timeout", type=_timeout, default=30.0, help="seconds to wait for the server, more than 0 (default 30)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+    parser.add_argument(
+        "--utc",
+        action="store_true",
+        help="print times as ISO 8601 in UTC (2026-12-03T01:15:00Z), and read dates without a zone in UTC; "
+        "default: on the policy's clock, labelled (12-03 09:15 CST), as the console shows them",
+    )
+    parser.set_defaults(clock=Clock())  # main() gives the policy's; a handler called alone prints local times
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def command(
+        name: str, handler: Callable[[Client, argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+        p.add_argument("--utc", action="store_true", default=argparse.SUPPRESS, help="times in UTC, ISO 8601")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("submit", cmd_submit, "submit a job (or an array of N jobs); a script file is submitted as by batch")
+    p.add_argument("--command", dest="command_text", metavar="CMD", help="the command line to run")
+    _submit_options(p)
+    p.add_argument(
+        "argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the program and its arguments after --, each kept exactly (one argument: a command line); "
+        "or a script file and its arguments",
+    )
+
+    p = command("batch", cmd_batch, "submit a batch script: its #NPU and #SBATCH directives are read, like sbatch")
+    _submit_options(p)
+    p.add_argument("script", metavar="SCRIPT", help="the script file; it runs by its #! interpreter (default bash)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
 
     p = command("queue", cmd_queue, "pending and running jobs, like squeue")
     p.add_argument("--state", action="append", metavar="STATE", help="state(s), comma-separated or repeated; 'all'")
@@ -831,6 +998,7 @@ def build_parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         p = psub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+        p.add_argument("--utc", action="store_true", default=argparse.SUPPRESS, help="times in UTC, ISO 8601")
         p.set_defaults(handler=handler)
         return p
 
@@ -875,8 +1043,6 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
         return exc.code if isinstance(exc.code, int) else USAGE
-    if getattr(args, "argv", None) and args.argv[0] == "--":
-        args.argv = args.argv[1:]
     if args.url is None and os.environ.get("NPUPORTAL_URL"):
         try:
             check_url(os.environ["NPUPORTAL_URL"])
@@ -884,6 +1050,7 @@ def _main(argv: Sequence[str] | None) -> int:
             _err(f"NPUPORTAL_URL: {exc}")
             return USAGE
     api = Client(args.url, args.token, timeout=args.timeout)
+    args.clock = Clock(lambda: policy_zone(api), utc=args.utc)
     try:
         return args.handler(api, args)
     except _UsageError as exc:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, tzinfo
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, right: Sequence[str] = ()) -> str:
@@ -31,12 +31,40 @@ def _cell(value: object) -> str:
     return str(value).replace("\n", " ")
 
 
-def when(value: str | None, *, seconds: bool = False) -> str:
-    """An API timestamp as local ``MM-DD HH:MM``; ``-`` when there is none."""
-    if not value:
-        return "-"
-    try:
-        moment = datetime.fromisoformat(value).astimezone()
-    except ValueError:
-        return value
-    return moment.strftime("%m-%d %H:%M:%S" if seconds else "%m-%d %H:%M")
+class Clock:
+    """How npuctl prints a time: on the policy's clock, labelled with its zone (``12-03 09:15 CST``).
+
+    The console, the events and the quota schedules all read on the policy's ``timezone``; the
+    command line does too, so one instant reads the same everywhere. ``utc=True`` (``--utc``, for
+    scripts) prints ISO 8601 in UTC instead (``2026-12-03T01:15:00Z``). The zone is asked for only
+    when a time is first printed (``zone`` is called once): a command printing none asks nothing.
+    """
+
+    def __init__(self, zone: Callable[[], tzinfo | None] | None = None, *, utc: bool = False) -> None:
+        self._load = zone
+        self._zone: tzinfo | None = None
+        self._loaded = zone is None
+        self.utc = utc
+
+    @property
+    def zone(self) -> tzinfo | None:
+        """The zone times are read and printed on (``None``: this computer's own)."""
+        if self.utc:
+            return UTC
+        if not self._loaded and self._load is not None:
+            self._zone = self._load()
+            self._loaded = True
+        return self._zone
+
+    def when(self, value: str | None, *, seconds: bool = False) -> str:
+        """An API timestamp on this clock, labelled: ``MM-DD HH:MM CST`` (``--utc``: ISO 8601); ``-`` for none."""
+        if not value:
+            return "-"
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        if self.utc:
+            return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        local = moment.astimezone(self.zone)
+        return f"{local.strftime('%m-%d %H:%M:%S' if seconds else '%m-%d %H:%M')} {local.tzname() or ''}".rstrip()

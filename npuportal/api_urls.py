@@ -1,4 +1,4 @@
-"""Every route of the REST API (``/api/v1/``), in one router.
+"""Every route of the REST API (``/api/v1/``): one router, and the clock (``npuportal.api_clock``).
 
 Each app's viewsets are registered here, and the jobs routes of
 ``scheduling.api.urls`` are taken over as they are, so the API root lists every
@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
+from npuportal.api_clock import ClockView
 from npuportal.api_parsers import FormatSuffixes
 from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
@@ -40,4 +42,4 @@ router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
 # Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
-urlpatterns = router.urls
+urlpatterns = [path("clock/", ClockView.as_view(), name="clock"), *router.urls]

@@ -89,6 +89,15 @@ def seconds(value: float | None) -> str:
     return format_duration(value)
 
 
+def clock_text(value: datetime, style: str = "") -> str:
+    """``value`` as plain text on the policy's clock, labelled (``2026-12-02 08:15 CST``), for words that embed
+    a time outside a page: an event's detail, an error message. ``style`` as :func:`when`'s."""
+    from scheduling.engine.policy import zone
+
+    local = value.astimezone(zone(policy_zone_name()))
+    return f"{local.strftime(FORMATS.get(style, FORMATS['']))} {local.tzname() or ''}".strip()
+
+
 def as_shown(value: datetime | None, style: str = "") -> str:
     """``value`` exactly as a console page shows it, from outside a request (tests, e-mails)."""
     from scheduling.engine.policy import zone

@@ -232,6 +232,9 @@ class JobOutput(models.Model):
     node = models.CharField(max_length=200)
     offset = models.PositiveBigIntegerField(default=0)
     size = models.PositiveBigIntegerField(default=0, help_text="Bytes of the whole log on the node")
+    lines = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Lines of the whole log on the node (null: its agent did not say)"
+    )
     data = models.TextField(blank=True)
     saved_at = models.DateTimeField(auto_now_add=True)
 

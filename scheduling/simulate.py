@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+from npuctl.durations import parse_seconds
 from npuportal import csv_export
 from scheduling.engine.policy import DEVICES, Policy, chip_resource, parse_policy
 from scheduling.engine.simulator import BASELINES, DEFAULT_START, SimulationError, parse_baselines, run_simulation
@@ -81,18 +81,13 @@ def _parse_start(text: str) -> datetime:
 
 
 def _parse_seconds(text: str) -> float:
-    """Seconds as a number or with a unit (``30``, ``15m``, ``1h``, ``1d``); 0 turns it off."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    raw = text.strip()
-    scale = units.get(raw[-1:].lower(), 1.0) if raw else 1.0
-    number = raw[:-1] if raw[-1:].lower() in units else raw
-    try:
-        value = float(number) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 3600, 30m or 1h)") from None
-    if not math.isfinite(value) or value < 0:
+    """Seconds in any duration form (``3600``, ``15m``, ``2:00:00``: ``npuctl.durations``); 0 turns it off."""
+    if text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a duration of 0 or more")
-    return value
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:

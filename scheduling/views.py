@@ -90,6 +90,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "explain": _explain(job),
         "posix_user": posix_account(job.submitter),
         "env": sorted((job.env or {}).items()),
+        "command_lines": "\n" in job.command.rstrip("\n"),  # a batch script: shown as it is written
     }
     return render(request, "job_detail.html", context)
 
@@ -170,31 +171,22 @@ def team_cards(user: object) -> list[dict[str, object]]:
 @job_user_required
 def job_submit(request: HttpRequest) -> HttpResponse:
     """One job, or a job array of ``copies`` (as the API's ``array``), under the same rules and limits."""
-    form = JobSubmitForm(request.POST or None, user=request.user)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        spec = job_service.JobSpec(
-            name=data["name"],
-            command=data["command"],
-            priority_class=data["priority_class"],
-            num_devices=data["num_devices"],
-            chip_model=data["chip_model"] or None,
-            vnpu_template=data["vnpu_template"] or None,
-            estimated_duration_s=data["estimated_duration_s"],
-            max_duration_s=data["max_duration_s"],
-            checkpoint_interval_s=data["checkpoint_interval_s"],
-        )
-        copies = data["array"]
+    form = JobSubmitForm(request.POST or None, request.FILES or None, user=request.user)
+    submission = form.submission() if request.method == "POST" and form.is_valid() else None
+    if submission is not None:
+        spec, copies = submission.spec, submission.copies
         try:
             if copies:
-                jobs = job_service.submit_array(team=data["team"], user=request.user, spec=spec, count=copies)
+                jobs = job_service.submit_array(team=submission.team, user=request.user, spec=spec, count=copies)
             else:
-                jobs = [job_service.submit_job(team=data["team"], user=request.user, spec=spec)]
+                jobs = [job_service.submit_job(team=submission.team, user=request.user, spec=spec)]
         except job_service.SubmissionError as exc:
             form.add_error(form.field_for(exc.field), exc.message)
         except job_service.PermissionDenied as exc:
             form.add_error("team", str(exc))
         else:
+            if submission.warning:
+                messages.warning(request, f"Batch script: {submission.warning}.")
             first = jobs[0]
             if not copies:
                 messages.success(

@@ -246,6 +246,8 @@ def test_a_preempted_running_job_says_when_it_stops(cli) -> None:
 
     from django.utils import timezone
 
+    from quotas.services import active_policy
+    from scheduling.engine.policy import zone
     from scheduling.services.tick import run_tick
 
     code, out, _ = cli("member", "submit", "--devices", "1", "--chip", "910B4", "--", "sleep", "600")
@@ -256,7 +258,8 @@ def test_a_preempted_running_job_says_when_it_stops(cli) -> None:
     code, out, _ = cli("member", "show", str(job_id))
     assert code == 0 and "must be off its devices by" in out and "called off if no waiting job" in out
     code, out, _ = cli("member", "queue", "--user", "cli-member")
-    assert code == 0 and f"preempted, stops {deadline.astimezone():%m-%d %H:%M}" in out  # (npuctl: local time)
+    local = deadline.astimezone(zone(active_policy().policy.timezone))  # npuctl: the policy's clock, labelled
+    assert code == 0 and f"preempted, stops {local:%m-%d %H:%M} {local.tzname()}" in out, out
 
 
 def _ended(user_name: str, state: str, *, ended_ago_h: float, ran_s: int, exit_code: int | None, nodes=()):

@@ -18,16 +18,44 @@ from tests.conftest import free_port
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1h30m", 5400), ("3600", 3600), ("1.5h", 5400)],
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("1h30m", 5400),
+        ("1h 30m", 5400),
+        ("3600", 3600),
+        ("1.5h", 5400),
+        ("1W", 604800),
+        # Slurm's time formats, as sbatch --time takes them
+        ("30:00", 1800),
+        ("00:10:00", 600),
+        ("2:00:00", 7200),
+        ("1-0", 86400),
+        ("1-12", 129600),
+        ("1-12:30", 131400),
+        ("1-12:30:15", 131415),
+        ("90:00", 5400),
+    ],
 )
 def test_durations_people_type(text, seconds) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "2x", "h", "1h 30m", "-5m", "0s", "400d", "1h30"])
+@pytest.mark.parametrize(
+    "text", ["", "2x", "h", "30m1h", "-5m", "0s", "400d", "1h30", "00:90:00", "1-24:00", "1:2:3:4", "1-", ":30"]
+)
 def test_bad_durations_say_what_is_accepted(text) -> None:
-    with pytest.raises(ValueError, match=r"duration like|shorter|longer"):
+    with pytest.raises(ValueError, match=r"duration like|shorter|longer|not below"):
         parse_duration(text)
+
+
+def test_a_bare_number_is_seconds_except_in_slurms_own_text() -> None:
+    """``--time 30`` is 30 seconds (npuctl's rule); ``#SBATCH --time=30`` is 30 minutes, as sbatch reads it."""
+    assert parse_duration("30") == 30
+    assert parse_duration("30", bare="minutes") == 1800
+    assert parse_duration("30:00", bare="minutes") == 1800  # the other forms mean the same either way
 
 
 def test_format_duration() -> None:
@@ -68,7 +96,7 @@ def test_submit_without_a_command_is_a_usage_error(capsys, monkeypatch) -> None:
 
 def test_time_error_names_the_accepted_forms(capsys) -> None:
     main(["submit", "--time", "soon", "--", "x"])
-    assert "90s, 15m, 2h, 1d" in capsys.readouterr().err
+    assert "90s, 15m, 2h, 1h30m, 1d, 30:00, 2:00:00 or 1-12:00" in capsys.readouterr().err
 
 
 def test_unreachable_server_exits_3(capsys, monkeypatch) -> None:
@@ -146,13 +174,16 @@ def test_a_queue_longer_than_npuctl_reads_says_it_is_cut(capsys, monkeypatch) ->
 
 
 def test_a_running_jobs_reason_says_when_its_preemption_stops_it() -> None:
-    from npuctl.main import _preempted
-    from npuctl.tables import when
+    from zoneinfo import ZoneInfo
 
+    from npuctl.main import _preempted
+    from npuctl.tables import Clock
+
+    shanghai = Clock(lambda: ZoneInfo("Asia/Shanghai"))
     running = {"state": "running", "preempt_deadline": "2026-11-30T10:05:00+00:00"}
-    assert _preempted(running) == f"preempted, stops {when('2026-11-30T10:05:00+00:00')}"
-    assert _preempted({"state": "running", "preempt_deadline": None}) == ""
-    assert _preempted({"state": "pending"}) == ""
+    assert _preempted(running, shanghai) == "preempted, stops 11-30 18:05 CST"
+    assert _preempted({"state": "running", "preempt_deadline": None}, shanghai) == ""
+    assert _preempted({"state": "pending"}, shanghai) == ""
 
 
 # -- queue's NODELIST, history, usage's cost ------------------------------------------------

@@ -276,7 +276,7 @@ def test_a_bad_duration_is_an_error_naming_the_field(demo, client, user_factory)
     response = client.post("/jobs/new/", _form("inference", estimated_duration_s="2x", max_duration_s=""))
     html = response.content.decode()
     assert response.status_code == 200 and 'id="estimated_duration_s-error"' in html
-    assert "Estimated run time: &#x27;2x&#x27; is not a duration like 90s, 15m, 2h, 1d or 1h30m" in html
+    assert "Estimated run time: &#x27;2x&#x27; is not a duration like 90s, 15m, 2h, 1h30m, 1d, 30:00," in html
     response = client.post("/jobs/new/", _form("inference", estimated_duration_s="1h", max_duration_s="400d"))
     assert "Maximum run time: &#x27;400d&#x27; is longer than 366 days" in response.content.decode()
     assert not Job.objects.filter(name="sweep").exists()

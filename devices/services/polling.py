@@ -782,7 +782,9 @@ def launch_payload(job: Job, run_id: str, allocs: Sequence[Allocation]) -> dict[
     if job.cwd:
         payload["cwd"] = job.cwd
     if job.output:
-        payload["output"] = job.output
+        from scheduling.services.output import output_file
+
+        payload["output"] = output_file(job, allocs[0].device.node.name)  # %j, %x ... filled in as sbatch does
     if job.max_duration_s:
         elapsed = (timezone.now() - job.started_at).total_seconds() if job.started_at else 0
         payload["max_duration_s"] = max(1, int(job.max_duration_s - elapsed))

@@ -32,6 +32,7 @@ from devices.models import Device, Node, VnpuTemplate
 from devices.services import inventory
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
 from devices.services.operations import drain_node
+from npuportal.display_time import clock_text
 from quotas.models import AuditEvent
 from scheduling.models import Job
 
@@ -357,7 +358,7 @@ def remove_node(name: str, *, actor: AbstractBaseUser | None, drain: bool = Fals
     """Take node ``name`` out of the inventory, or (``drain``, jobs running) drain it for a later remove."""
     node = Node.objects.select_for_update().filter(name=name).first()
     if node is None or node.removed_at is not None:
-        when = f" (removed {node.removed_at:%Y-%m-%d %H:%M %Z})" if node is not None and node.removed_at else ""
+        when = f" (removed {clock_text(node.removed_at)})" if node is not None and node.removed_at else ""
         raise RegistrationError(f"no node named {name!r} in the inventory{when}", kind="missing")
     jobs = running_jobs(node)
     reason = reason.strip()[:200]

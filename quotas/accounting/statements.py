@@ -536,7 +536,7 @@ def _price_capacity(
             bill,
             f"{chip}: jobs held {device_hours(used)} device-hours but the inventory provisioned only "
             f"{device_hours(cap.provisioned - unavailable)} usable ones from "
-            f"{period.start:%Y-%m-%d %H:%M} UTC (jobs on cards the inventory did not have)",
+            f"{_on_clock(period.start, bill.timezone)} (jobs on cards the inventory did not have)",
         )
     idle = max(free, ZERO)
     stats.provisioned += cap.provisioned
@@ -884,6 +884,12 @@ def alert_recipients(team: Team) -> list[str]:
     return emails
 
 
+def _on_clock(moment: datetime, timezone_name: str) -> str:
+    """``moment`` as people read it, on the policy's clock with its zone: ``2026-12-01 08:00 CST``."""
+    local = moment.astimezone(zone(timezone_name))
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or timezone_name}"
+
+
 def _mail_alert(budget: Budget, bill: MonthBill, cost: Decimal, crossed: list[int]) -> None:
     recipients = alert_recipients(budget.team)
     top = max(crossed)
@@ -892,7 +898,7 @@ def _mail_alert(budget: Budget, bill: MonthBill, cost: Decimal, crossed: list[in
     body = (
         f"Team {budget.team.name} has used {cost} {bill.currency} of its monthly budget of "
         f"{budget.monthly_amount} {bill.currency} in {bill.month.label} ({percent}%, past the {top}% threshold).\n"
-        f"Usage cost so far, running jobs counted up to {bill.until:%Y-%m-%d %H:%M} UTC; idle and reservation "
+        f"Usage cost so far, running jobs counted up to {_on_clock(bill.until, bill.timezone)}; idle and reservation "
         f"shares are added at the monthly close.\n"
     )
     if not recipients:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -326,7 +327,18 @@ class JobSubmitSerializer(fields.InputSerializer):
 
     team = fields.CharField(required=False, help_text="Team name; optional when you belong to one team")
     name = fields.CharField(max_length=200)
-    command = fields.CharField(help_text="At most NPUPORTAL_MAX_COMMAND_BYTES bytes of UTF-8 (default 64 KiB)")
+    command = fields.CharField(
+        required=False,
+        help_text="The command line, run by the node's /bin/sh -c; at most NPUPORTAL_MAX_COMMAND_BYTES bytes of "
+        "UTF-8 (default 64 KiB). Give this or argv",
+    )
+    argv = serializers.ListField(
+        child=fields.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        allow_empty=False,
+        help_text="The program and its arguments, each kept exactly: stored as the command that runs them "
+        "(each quoted as the shell needs, like Python's shlex.join). Give this or command",
+    )
     priority_class = fields.CharField(required=False, allow_blank=True)
     num_devices = fields.IntegerField(min_value=1, max_value=100000, default=1)
     vnpu_template = fields.CharField(required=False, allow_blank=True, allow_null=True)
@@ -365,6 +377,18 @@ class JobSubmitSerializer(fields.InputSerializer):
         " and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
     )
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """``command`` or ``argv``, exactly one; ``argv`` becomes the command line that runs it as given."""
+        if "argv" in attrs and "command" in attrs:
+            raise serializers.ValidationError({"argv": ["give command or argv, not both"]})
+        if "argv" in attrs:
+            attrs["command"] = shlex.join(attrs.pop("argv"))
+        elif "command" not in attrs:
+            raise serializers.ValidationError(
+                {"command": ["required: the command line to run (or argv, the program and its arguments)"]}
+            )
+        return attrs
+
 
 class JobOutputSerializer(serializers.Serializer):
     """One answer of ``GET /api/v1/jobs/{id}/log/`` (documentation only: the service builds the dict)."""
@@ -374,6 +398,13 @@ class JobOutputSerializer(serializers.Serializer):
     data = serializers.CharField(allow_blank=True, help_text="the output, UTF-8 (undecodable bytes as U+FFFD)")
     complete = serializers.BooleanField(help_text="the run has ended and this reaches the end of its output")
     note = serializers.CharField(allow_null=True, help_text="why output is missing or comes from the kept copy")
+    size = serializers.IntegerField(
+        allow_null=True, help_text="bytes of the run's whole log on the node, when known (null: not known)"
+    )
+    lines = serializers.IntegerField(
+        allow_null=True,
+        help_text="lines of the run's whole log, in answers to tail (and from the kept copy); null when not known",
+    )
     attempt = serializers.IntegerField(allow_null=True, help_text="which run (1: the first start)")
     attempts = serializers.IntegerField(help_text="how many runs the job has had")
     node = serializers.CharField(allow_null=True, help_text="which node's output this is")

@@ -23,6 +23,7 @@ from django.db.models import (
     Value,
 )
 from django.db.models.functions import Coalesce, Substr
+from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
@@ -349,6 +350,38 @@ class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixi
         except output_service.OutputError as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
         return Response(answer)
+
+    @extend_schema(
+        summary="The whole output of one run on one node, as a text file",
+        description=(
+            "Streams the run's log from its node page by page (`text/plain; charset=utf-8`, as an attachment). "
+            "Where the node no longer has it, the end the portal kept follows a line "
+            "`[npuportal: bytes A to B of this output were left out: why]`. `?attempt=K` and `?node=NAME` "
+            "as for `log/`. Members of the job's team and admins only; another team's job is a 404."
+        ),
+        parameters=[
+            OpenApiParameter("attempt", int, description="which run, 1 for the first start (default: the latest)"),
+            OpenApiParameter("node", str, description="which node of the run (default: its first)"),
+        ],
+        responses={
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="the output"),
+            **error_responses(400, 401, 404),
+        },
+    )
+    @action(detail=True, methods=["get"], url_path="log/download", filterset_class=None)
+    def log_download(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        job = self.get_object()
+        query = request.query_params
+        try:
+            download = output_service.download_output(
+                job, attempt=_whole(query, "attempt", 10**6, least=1), node=query.get("node") or None
+            )
+        except output_service.OutputError as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        response = StreamingHttpResponse(download.chunks, content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
 
     @extend_schema(
         summary="Why this job is where it is in the queue: its priority breakdown",

@@ -1,4 +1,8 @@
-"""Durations as admins write them (``90s``, ``15m``, ``24h``, ``7d``, ``1h30m``).
+"""Durations in policy files, read with the one grammar of :mod:`npuctl.durations`.
+
+Admins write ``90s``, ``15m``, ``24h``, ``7d``, ``1h30m``, Slurm's ``2:00:00`` or ``1-12:00``,
+or a plain number of seconds; this module adds what a policy value may be beyond text (a YAML
+number) and the canonical form it is shown back in.
 
 The policy stores seconds as floats so the engine never re-parses text on a
 tick; :func:`format_duration` is its inverse, used wherever a duration is shown
@@ -9,20 +13,13 @@ the same way everywhere.
 from __future__ import annotations
 
 import math
-import re
+
+from npuctl.durations import EXAMPLES, parse_seconds
 
 _UNITS: tuple[tuple[str, int], ...] = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
-# Units in decreasing order, each at most once, so "1h30m" is accepted and the
-# ambiguous "30m1h" is not.
-_DURATION_RE = re.compile(
-    r"\s*(?:(?P<d>\d+(?:\.\d+)?)\s*d)?\s*(?:(?P<h>\d+(?:\.\d+)?)\s*h)?"
-    r"\s*(?:(?P<m>\d+(?:\.\d+)?)\s*m)?\s*(?:(?P<s>\d+(?:\.\d+)?)\s*s)?\s*"
-)
-_NUMBER_RE = re.compile(r"\s*\d+(?:\.\d+)?\s*")
-
 #: Shown in error messages so a typo is fixed in one go.
-DURATION_EXAMPLES = "e.g. 90s, 15m, 24h, 7d, 1h30m"
+DURATION_EXAMPLES = f"e.g. {EXAMPLES}"
 
 
 def parse_duration(value: object) -> float:
@@ -41,12 +38,7 @@ def parse_duration(value: object) -> float:
         return seconds
     if not isinstance(value, str):
         raise ValueError(f"must be a duration ({DURATION_EXAMPLES}), got {_show(value)}")
-    if _NUMBER_RE.fullmatch(value):
-        return float(value)
-    match = _DURATION_RE.fullmatch(value)
-    if match is None or not any(match.groupdict().values()):
-        raise ValueError(f"{value!r} is not a duration ({DURATION_EXAMPLES})")
-    return float(sum(float(match.group(unit)) * size for unit, size in _UNITS if match.group(unit)))
+    return parse_seconds(value)
 
 
 def format_duration(seconds: float) -> str | float:

@@ -10,12 +10,15 @@ so the output outlives the node. Offsets are byte offsets of the node's file eit
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from devices.agent.jobs import log_lines
 from devices.models import Node
 from devices.services.agent_client import AgentClient, AgentError
+from quotas.models import posix_account
 from scheduling.models import Allocation, Job, JobOutput
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,32 @@ def runs_of(job: Job) -> list[Run]:
     return [Run(i, tuple(sorted(nodes))) for i, nodes in enumerate(starts.values(), start=1)]
 
 
+#: sbatch's file name patterns an output path may hold (``--output=logs/%x-%j.out``).
+_OUTPUT_PATTERN = re.compile(r"%(.)")
+
+
+def output_file(job: Job, node: str) -> str:
+    """The job's ``output`` path for its launch on ``node``, sbatch's patterns filled in.
+
+    ``%j`` the job id, ``%x`` its name, ``%u`` the account it runs as, ``%A`` its array's first
+    job id (its own id outside an array), ``%a`` its array index (``0`` outside an array),
+    ``%N`` the node, ``%%`` a ``%``. Any other ``%`` is left as written. Each part of a
+    multi-node job writes its own node's file when the path holds ``%N``.
+    """
+    if "%" not in job.output:
+        return job.output
+    values = {
+        "j": str(job.pk),
+        "x": job.name.replace("/", "_"),
+        "u": posix_account(job.submitter),
+        "A": job.array_id.removeprefix("A") if job.array_id else str(job.pk),
+        "a": str(job.array_index or 0),
+        "N": node,
+        "%": "%",
+    }
+    return _OUTPUT_PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), job.output)
+
+
 def run_id(job_id: int, attempt: int) -> str:
     """The id the agents know a run by (``devices.services.polling.agent_job_id``)."""
     return f"{job_id}.{attempt}"
@@ -67,23 +96,11 @@ def read_output(
     """
     if offset is not None and tail is not None:
         raise OutputError("tail", "give offset or tail, not both")
-    runs = runs_of(job)
-    if not runs:
-        if attempt is not None:
-            raise OutputError("attempt", f"job {job.pk} has not started yet, so it has no runs")
+    found_run = _locate(job, attempt, node)
+    if found_run is None:
         start = offset or 0
         return _answer(start, start, "", job.is_final, attempt=None, attempts=0, node=None, nodes=[], source="none")
-    if attempt is None:
-        attempt = len(runs)
-    elif not 1 <= attempt <= len(runs):
-        raise OutputError("attempt", f"job {job.pk} has runs 1 to {len(runs)}, not {attempt}")
-    run = runs[attempt - 1]
-    if node is None:
-        node = run.nodes[0]
-    elif node not in run.nodes:
-        raise OutputError("node", f"run {attempt} of job {job.pk} ran on {', '.join(run.nodes)}, not {node!r}")
-    ended = attempt < len(runs) or job.state != Job.State.RUNNING
-    where = {"attempt": attempt, "attempts": len(runs), "node": node, "nodes": list(run.nodes)}
+    attempt, node, ended, where = found_run
     saved = JobOutput.objects.filter(job=job, attempt=attempt, node=node).first()
     if saved is not None and (tail is not None or offset is None or offset >= saved.offset):
         return _from_saved(saved, offset, tail, where)
@@ -100,9 +117,12 @@ def read_output(
         if found.get("complete") and saved is None:
             keep_output(job.pk, attempt, node)
         complete = bool(found.get("complete")) or (ended and found.get("state") in (None, "lost"))
-        return _answer(
+        answer = _answer(
             int(found["offset"]), int(found["next_offset"]), found["data"], complete, source="agent", **where
         )
+        answer["size"] = _whole(found.get("size"))
+        answer["lines"] = _whole(found.get("lines"))  # tail answers only: the agent counts them then
+        return answer
     if saved is not None:
         answer = _from_saved(saved, None, None, where)
         answer["note"] = f"{note}; the end of its output is kept from byte {saved.offset}"
@@ -111,26 +131,119 @@ def read_output(
     return _answer(start, start, "", ended, source="none", note=note, **where)
 
 
+def _locate(job: Job, attempt: int | None, node: str | None) -> tuple[int, str, bool, dict[str, Any]] | None:
+    """``(attempt, node, ended, where)`` of the run asked for (default: the latest, its first node); ``None``
+    when the job never started. ``OutputError`` names ``attempt`` or ``node`` when there is no such run."""
+    runs = runs_of(job)
+    if not runs:
+        if attempt is not None:
+            raise OutputError("attempt", f"job {job.pk} has not started yet, so it has no runs")
+        return None
+    if attempt is None:
+        attempt = len(runs)
+    elif not 1 <= attempt <= len(runs):
+        raise OutputError("attempt", f"job {job.pk} has runs 1 to {len(runs)}, not {attempt}")
+    run = runs[attempt - 1]
+    if node is None:
+        node = run.nodes[0]
+    elif node not in run.nodes:
+        raise OutputError("node", f"run {attempt} of job {job.pk} ran on {', '.join(run.nodes)}, not {node!r}")
+    ended = attempt < len(runs) or job.state != Job.State.RUNNING
+    return attempt, node, ended, {"attempt": attempt, "attempts": len(runs), "node": node, "nodes": list(run.nodes)}
+
+
+@dataclass(frozen=True)
+class Download:
+    """One run's whole output on one node, as a file: its name and its bytes, read as they are sent."""
+
+    filename: str
+    chunks: Iterator[bytes]
+
+
+def download_output(job: Job, *, attempt: int | None = None, node: str | None = None) -> Download:
+    """The whole output of one run on one node (default: the latest run, its first node), for a download.
+
+    Read from the node's agent a page at a time while it is sent, so a 64 MiB log is never held
+    whole; where the node no longer has it, the kept end follows a line saying which bytes are
+    missing and why, so a downloaded file never passes for whole when it is not.
+    """
+    found_run = _locate(job, attempt, node)
+    if found_run is None:
+        return Download(f"job-{job.pk}.log", iter([b"[npuportal: this job has not started, so it has no output]\n"]))
+    attempt, node, _ended, _where = found_run
+    saved = JobOutput.objects.filter(job=job, attempt=attempt, node=node).first()
+    client = _agent(node)
+    name = f"job-{job.pk}-run-{attempt}-{re.sub(r'[^A-Za-z0-9._-]', '_', node)}.log"
+    return Download(name, _chunks(client, run_id(job.pk, attempt), node, saved))
+
+
+def _chunks(client: AgentClient | None, rid: str, node: str, saved: JobOutput | None) -> Iterator[bytes]:
+    """The bytes of a run's log from its agent, page by page; the kept end (or a line why not) for the rest."""
+    offset = 0
+    while saved is None or offset < saved.offset:
+        try:
+            found = client.log(rid, offset=offset) if client is not None else None
+            why = f"node {node} no longer has this run's output" if found is None else ""
+        except AgentError as exc:
+            found, why = None, f"node {node} did not answer ({exc})"
+        if found is None:
+            if saved is None:
+                yield f"[npuportal: the output from byte {offset} on could not be read: {why}]\n".encode()
+                return
+            yield f"[npuportal: bytes {offset} to {saved.offset} of this output were left out: {why}]\n".encode()
+            break
+        data = str(found.get("data") or "").encode()
+        yield data
+        offset = int(found["next_offset"])
+        if not data or offset >= int(found.get("size", offset)):
+            return  # the end of what the run has written (a kept end is a copy of its last part)
+    if saved is not None:
+        raw = saved.data.encode()
+        yield raw[max(0, offset - saved.offset) :]
+
+
 def _agent(name: str) -> AgentClient | None:
     node = Node.objects.filter(name=name).exclude(agent_url="").first()
     return AgentClient(node) if node is not None else None
 
 
 def _answer(offset: int, next_offset: int, data: str, complete: bool, **extra: Any) -> dict[str, Any]:
-    return {"offset": offset, "next_offset": next_offset, "data": data, "complete": complete, "note": None, **extra}
+    return {
+        "offset": offset,
+        "next_offset": next_offset,
+        "data": data,
+        "complete": complete,
+        "note": None,
+        "size": None,
+        "lines": None,
+        **extra,
+    }
+
+
+def _whole(value: object) -> int | None:
+    """A count from an agent's answer, or ``None`` when it gave none (an older agent) or not a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def line_count(text: str) -> int:
+    """Lines in ``text`` as a terminal shows them: a last line without its newline counts too."""
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
 def _from_saved(saved: JobOutput, offset: int | None, tail: int | None, where: dict[str, Any]) -> dict[str, Any]:
     raw = saved.data.encode()
     end = saved.offset + len(raw)
     if tail is not None:
-        lines = raw.splitlines(keepends=True)
+        lines = log_lines(raw)
         chunk = b"".join(lines[-tail:]) if tail > 0 else b""
         begin = end - len(chunk)
     else:
         begin = min(max(offset or saved.offset, saved.offset), end)
         chunk = raw[begin - saved.offset :]
-    return _answer(begin, end, chunk.decode("utf-8", errors="replace"), True, source="saved", **where)
+    answer = _answer(begin, end, chunk.decode("utf-8", errors="replace"), True, source="saved", **where)
+    answer["size"] = saved.size
+    answer["lines"] = saved.lines if saved.lines is not None else (line_count(saved.data) if not saved.offset else None)
+    return answer
 
 
 def keep_output(job_id: int, attempt: int, node: str) -> bool:
@@ -156,11 +269,16 @@ def keep_output(job_id: int, attempt: int, node: str) -> bool:
                 begin += len(data[:cut].encode())
                 data = data[cut:]
             size = int(last.get("size", size))
+        # How many lines the whole log has, for "the last 500 of 50,001 lines" once the node is gone.
+        lines = line_count(data) if begin == 0 else _whole((client.log(rid, tail=0) or {}).get("lines"))
     except (AgentError, KeyError, TypeError, ValueError) as exc:
         log.info("could not keep the output of run %s from %s: %s", rid, node, exc)
         return False
     JobOutput.objects.update_or_create(
-        job_id=job_id, attempt=attempt, node=node, defaults={"offset": begin, "size": size, "data": data}
+        job_id=job_id,
+        attempt=attempt,
+        node=node,
+        defaults={"offset": begin, "size": size, "lines": lines, "data": data},
     )
     return True
 

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from devices.services.polling import EVICT_GRACE_S, Stop, job_addresses, lock_cluster, stop_all
+from npuportal.display_time import clock_text
 from scheduling.models import Job
 from scheduling.services.jobs import finish_job
 
@@ -52,7 +53,7 @@ def enforce_walltime(now: datetime | None = None) -> list[int]:
                 ended_at=now,
                 reason="Walltime",
                 detail=f"ran past its maximum duration of {job.max_duration_s} s "
-                f"(limit reached {deadline:%Y-%m-%d %H:%M:%S} UTC); stopped by the portal",
+                f"(limit reached {clock_text(deadline, 's')}); stopped by the portal",
             )
         ended.append(job_id)
         if run_id:

@@ -755,6 +755,7 @@ def test_log_serves_byte_ranges_while_the_job_runs_and_after(agent: Agent) -> No
     status, tail = agent.call("GET", "/v1/jobs/follow-1/log?tail=2")
     assert tail["data"] == "two\ntrois é\n" and tail["next_offset"] == offset
     assert tail["offset"] == len(b"one\n")
+    assert tail["lines"] == 3  # of the whole log: "the last 2 of 3 lines"
 
 
 def test_log_refuses_bad_parameters_and_unknown_jobs(idle_agent: Agent) -> None:
@@ -774,3 +775,25 @@ def test_output_beyond_the_cap_is_dropped_with_a_line_saying_so(agents: Callable
     assert log["data"].endswith("[npuportal: output beyond 2048 bytes was dropped]\n")
     assert log["size"] < 2048 + 100
     assert log["complete"]
+
+
+def test_a_tail_counts_the_lines_of_the_whole_log(tmp_path: Path) -> None:
+    """Past the part a tail reads (256 KiB), every line still counts; a last line without its newline too."""
+    from devices.agent.jobs import read_log
+
+    log = tmp_path / "j.log"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(50_000)) + b"no newline")
+    answer = read_log(log, tail=500)
+    assert answer["lines"] == 50_001 and answer["data"].count("\n") == 499
+    assert answer["data"].endswith("line 49999\nno newline")
+    assert read_log(tmp_path / "none.log", tail=5)["lines"] == 0
+    assert "lines" not in read_log(log, offset=0)  # a byte range does not read the whole file
+
+
+def test_a_progress_bar_redrawn_with_carriage_returns_is_one_line(tmp_path: Path) -> None:
+    from devices.agent.jobs import read_log
+
+    log = tmp_path / "j.log"
+    log.write_bytes(b"start\nprogress 10%\rprogress 50%\rprogress 100%\ndone\n")
+    answer = read_log(log, tail=2)
+    assert answer["data"] == "progress 10%\rprogress 50%\rprogress 100%\ndone\n" and answer["lines"] == 3

@@ -406,13 +406,18 @@ def test_semantic_diff_of_schedule_order_and_additions() -> None:
         ("0.5h", 1800),
         (" 2h 5m ", 7500),
         ("0s", 0),
+        ("1w", 604800),
+        ("2:00:00", 7200),
+        ("1-12:00", 129600),
     ],
 )
 def test_parse_duration(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["", "7days", "h", "30m1h", "1h1h", "-5s", "1w", True, None, [1], float("nan"), -1])
+@pytest.mark.parametrize(
+    "bad", ["", "7days", "h", "30m1h", "1h1h", "-5s", "1y", "1:60", True, None, [1], float("nan"), -1]
+)
 def test_parse_duration_rejects(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(bad)
