@@ -15,6 +15,15 @@ def test_returns_the_first_truthy_value() -> None:
     assert wait_for(lambda: ["ready"] if next(calls) >= 3 else [], interval=0) == ["ready"]
 
 
+def test_until_judges_a_fetched_value_and_a_failure_shows_the_whole_record() -> None:
+    states = iter(["running", "stopping", "killed"])
+    assert wait_for(lambda: {"state": next(states)}, until=lambda job: job["state"] == "killed", interval=0) == {
+        "state": "killed"
+    }
+    with pytest.raises(AssertionError, match=r"last value seen: \{'state': 'running', 'pid': 7\}"):
+        wait_for(lambda: {"state": "running", "pid": 7}, until=lambda job: job["state"] == "killed", timeout=0.05)
+
+
 def test_fails_saying_what_it_awaited_and_the_last_value_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(waiting.SCALE_ENV, "0.5")
     with pytest.raises(AssertionError, match=r"^waited 0\.05 s for the job to end; last value seen: 0$"):

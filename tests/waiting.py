@@ -7,8 +7,8 @@ and the deadline only bounds how long a broken run hangs before it fails. :data:
 (60 s) is that ceiling; ``NPUPORTAL_TEST_WAIT_SCALE`` multiplies every ceiling of the suite (``2`` on
 a machine slower still, ``0.5`` to make a hanging test fail sooner when debugging).
 
-- :func:`wait_for` polls a condition and returns its first truthy value, or fails saying what it
-  awaited and the last value it saw.
+- :func:`wait_for` polls a condition and returns its first truthy value (or the first value that
+  ``until`` accepts), or fails saying what it awaited and the last value it saw.
 - :func:`ceiling` is a scaled number of seconds, for the timeouts of other APIs (``subprocess``,
   ``communicate``, ``queue.get``); :func:`ceiling_ms` the same in milliseconds (Playwright).
 
@@ -63,8 +63,12 @@ def wait_for(
     interval: float = 0.05,
     message: str = "",
     ignore: tuple[type[BaseException], ...] = (),
+    until: Callable[[T], object] | None = None,
 ) -> T:
     """Call ``condition`` every ``interval`` seconds until it returns something truthy, and return that.
+
+    With ``until``, ``condition`` fetches a value (a job's record) and ``until(value)`` says whether it is
+    the awaited one (``lambda job: job["state"] == "killed"``); a failure then shows the whole last record.
 
     ``timeout`` is a ceiling in seconds, scaled by ``NPUPORTAL_TEST_WAIT_SCALE``. Past it, an
     ``AssertionError`` says what was awaited (``message``, else the condition's name) and the last
@@ -81,7 +85,7 @@ def wait_for(
         except ignore as exc:
             last = exc
         else:
-            if value:
+            if until(value) if until is not None else value:
                 return value
             last = value
         if time.monotonic() >= deadline:
