@@ -7,6 +7,11 @@ when the test failed. Journey steps may add their own with :func:`snap`
 (``<node id>--01-<name>.png``, numbered in order). They go to
 ``$NPUPORTAL_ARTIFACTS_DIR`` (a relative path is read from the project root),
 by default ``var/test-artifacts/screenshots/``.
+
+Every wait of a page (an action, a navigation, an ``expect(...)`` assertion) may take up to
+:data:`PAGE_WAIT_S` seconds, scaled like every wait of the suite (``tests/waiting.py``): on a busy
+machine a page may take seconds to load or update, and Playwright's own defaults (30 s for actions,
+5 s for ``expect``) are budgets that fail right tests. Tests leave out ``timeout=`` and get this.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import ceiling_ms
+
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_ENV = "NPUPORTAL_ARTIFACTS_DIR"
@@ -34,6 +41,9 @@ PHASE_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 requires_chromium = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (`make test` installs it as root)"
 )
+
+#: The ceiling of each wait of a page, before ``NPUPORTAL_TEST_WAIT_SCALE``.
+PAGE_WAIT_S = 60.0
 
 # page -> [file name stem, snapshots taken]; weak so a closed page is forgotten.
 _pages: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
@@ -78,6 +88,15 @@ def snap(page: Any, name: str) -> Path | None:
     return save_screenshot(page, artifacts_dir() / f"{entry[0]}--{entry[1]:02d}-{artifact_stem(name)}.png")
 
 
+def patient(page: Any) -> Any:
+    """Give ``page`` (and every ``expect``) the suite's generous ceiling for each wait; returns the page."""
+    from playwright.sync_api import expect
+
+    page.set_default_timeout(ceiling_ms(PAGE_WAIT_S))
+    expect.set_options(timeout=ceiling_ms(PAGE_WAIT_S))
+    return page
+
+
 def failed_so_far(node: pytest.Item) -> bool:
     """Whether ``node``'s setup or call failed (read in a fixture's teardown)."""
     reports = node.stash.get(PHASE_REPORTS, {})
@@ -108,8 +127,7 @@ def page(live_server, request: pytest.FixtureRequest) -> Iterator[Any]:
             ],
         )
         context = browser.new_context(base_url=live_server.url, viewport={"width": 1366, "height": 900})
-        pg = context.new_page()
-        pg.set_default_timeout(15000)
+        pg = patient(context.new_page())
         _pages[pg] = [stem, 0]
         try:
             yield pg

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import free_port
+from tests.waiting import ceiling, wait_for
 
 REDIS_SERVER = shutil.which("redis-server")
 requires_redis_server = pytest.mark.skipif(REDIS_SERVER is None, reason="needs the redis-server program")
@@ -29,31 +29,28 @@ class RedisServer:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self) -> None:
         assert REDIS_SERVER is not None
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         argv += ["--dir", str(self.workdir)]
         log = (self.workdir / "redis.log").open("ab")
         self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5)
-        deadline = time.monotonic() + timeout
-        while True:
+        client = redis.Redis(port=self.port, socket_connect_timeout=5, socket_timeout=5)
+
+        def answers() -> bool:
+            assert self._proc is not None
             assert self._proc.poll() is None, (self.workdir / "redis.log").read_text()[-2000:]
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.05)
+            return bool(client.ping())
+
+        wait_for(answers, ignore=(redis.ConnectionError,), message=f"redis-server on port {self.port} to answer PING")
 
     def stop(self) -> None:
         if self._proc is None:
             return
         self._proc.terminate()
         try:
-            self._proc.wait(timeout=10)
+            self._proc.wait(timeout=ceiling(30))
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()

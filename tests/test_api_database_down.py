@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from django.test import Client, override_settings
 from django.urls import path
 
 from tests.conftest import free_port
+from tests.waiting import ceiling, wait_for
 
 ROOT = Path(settings.BASE_DIR)
 DEAD_DATABASE = "postgres://postgres@127.0.0.1:{port}/npuportal_nowhere"
@@ -54,19 +54,17 @@ def dead_db_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         web = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answers() -> bool:
             assert web.poll() is None, log.read_text()[-3000:]
-            try:
-                requests.get(base + "/healthz", timeout=10)
-                break
-            except requests.RequestException:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.2)
+            requests.get(base + "/healthz", timeout=ceiling(60))
+            return True
+
+        wait_for(answers, ignore=(requests.RequestException,), interval=0.2, message="gunicorn to answer /healthz")
         yield base
     finally:
         web.terminate()
-        web.wait(timeout=15)
+        web.wait(timeout=ceiling(60))
     text = log.read_text()
     assert "Traceback" not in text and "Internal Server Error" not in text, text[-3000:]
     assert "database unavailable for GET /api/v1/jobs/" in text
@@ -76,19 +74,19 @@ def dead_db_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_api_calls_answer_503_json_while_the_database_is_down(dead_db_server: str) -> None:
     base = dead_db_server
     token = {"Authorization": "Token npu_0123456789abcdef"}
-    _expect_503(requests.get(f"{base}/api/v1/jobs/", headers=token, timeout=10))
-    _expect_503(requests.get(f"{base}/api/v1/jobs/7/", headers=token, timeout=10))
+    _expect_503(requests.get(f"{base}/api/v1/jobs/", headers=token, timeout=ceiling(60)))
+    _expect_503(requests.get(f"{base}/api/v1/jobs/7/", headers=token, timeout=ceiling(60)))
     job = {"name": "x", "command": "true", "num_devices": 1}
-    _expect_503(requests.post(f"{base}/api/v1/jobs/", json=job, headers=token, timeout=10))
-    _expect_503(requests.post(f"{base}/api/v1/jobs/7/cancel/", headers=token, timeout=10))
-    _expect_503(requests.get(f"{base}/api/v1/reports/statements/", headers=token, timeout=10))
+    _expect_503(requests.post(f"{base}/api/v1/jobs/", json=job, headers=token, timeout=ceiling(60)))
+    _expect_503(requests.post(f"{base}/api/v1/jobs/7/cancel/", headers=token, timeout=ceiling(60)))
+    _expect_503(requests.get(f"{base}/api/v1/reports/statements/", headers=token, timeout=ceiling(60)))
     # A browser's session cookie: the session is read from the database too.
-    _expect_503(requests.get(f"{base}/api/v1/nodes/", cookies={"sessionid": "abc" * 10}, timeout=10))
+    _expect_503(requests.get(f"{base}/api/v1/nodes/", cookies={"sessionid": "abc" * 10}, timeout=ceiling(60)))
     # Without credentials nothing needs the database: the usual 401/403, still JSON.
-    anon = requests.get(f"{base}/api/v1/jobs/", timeout=10)
+    anon = requests.get(f"{base}/api/v1/jobs/", timeout=ceiling(60))
     assert anon.status_code in {401, 403} and anon.json()["field"] is None
     # /healthz says which part is down.
-    health = requests.get(f"{base}/healthz", timeout=10)
+    health = requests.get(f"{base}/healthz", timeout=ceiling(60))
     assert health.status_code == 503 and health.json()["database"]["ok"] is False
 
 

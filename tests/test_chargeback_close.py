@@ -26,6 +26,7 @@ from quotas.models import (
 )
 from scheduling.services.usage import month_of
 from tests.test_chargeback_harness import at, lines_of, total_of, world  # noqa: F401 - world is a fixture
+from tests.waiting import ceiling
 
 pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +151,11 @@ def test_adjust_and_export_refuse_what_is_not_there(world) -> None:  # noqa: F81
     # From the command line, argparse's own errors (a missing option, a bad --format) exit 2 as well.
     for args in (["adjust", "--team", "alpha"], ["export", "--month", "2025-03", "--format", "xml"], []):
         done = subprocess.run(
-            [sys.executable, "manage.py", "chargeback", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+            [sys.executable, "manage.py", "chargeback", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=ceiling(120),
         )
         assert done.returncode == 2, done.stderr
 

@@ -16,6 +16,7 @@ from npuctl.main import main
 from quotas.api.authentication import issue_token
 from quotas.models import AuditEvent, Policy
 from scheduling.models import Job
+from tests.waiting import ceiling
 
 
 @pytest.fixture
@@ -225,17 +226,19 @@ def test_installed_npuctl_runs_as_a_subprocess(cli, live_server) -> None:
         "NPUPORTAL_TOKEN": cli.keys["lead"],
         "PYTHONPATH": str(settings.BASE_DIR),
     }
-    done = subprocess.run([*command, "nodes", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*command, "nodes", "--json"], env=env, capture_output=True, text=True, timeout=ceiling(120))
     assert done.returncode == 0, done.stderr
     assert {n["name"] for n in json.loads(done.stdout)} >= {"ascend-b4-01", "ascend-a-01"}
-    refused = subprocess.run([*command, "show", "999999"], env=env, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [*command, "show", "999999"], env=env, capture_output=True, text=True, timeout=ceiling(120)
+    )
     assert refused.returncode == 1 and "npuctl:" in refused.stderr
     by_module = subprocess.run(
         [sys.executable, "-m", "npuctl", "--token", "wrong", "queue"],
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(120),
         cwd=settings.BASE_DIR,
     )
     assert by_module.returncode == 4

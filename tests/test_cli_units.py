@@ -14,6 +14,7 @@ from npuctl.durations import format_duration, parse_duration
 from npuctl.main import main
 from npuctl.tables import table
 from tests.conftest import free_port
+from tests.waiting import ceiling
 
 
 @pytest.mark.parametrize(
@@ -309,7 +310,7 @@ def test_history_piped_into_head_prints_no_traceback(tmp_path) -> None:
         line = f'{sys.executable} -m npuctl history --since 30d | head -2; echo "exit ${{PIPESTATUS[0]}}" >&2'
         piped = subprocess.run(
             ["bash", "-c", line],
-            cwd=root, env=env, capture_output=True, text=True, timeout=60,
+            cwd=root, env=env, capture_output=True, text=True, timeout=ceiling(120),
         )  # fmt: skip
     assert len(piped.stdout.splitlines()) == 2 and piped.stdout.split()[0] == "JOBID"
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port
+from tests.waiting import ceiling
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_UTF8 = b"apiVersion: npuportal/v1\nkind: SchedulingPolicy\n# caf\xe9\n"  # a Latin-1 é
@@ -53,7 +54,7 @@ def npuctl(tmp: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str
         env=_env(tmp, NPUPORTAL_TOKEN="whatever", **env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(120),
     )
 
 
@@ -119,11 +120,11 @@ def test_npuctl_a_port_that_is_not_http_is_exit_3(tmp_path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        listener.settimeout(30)
+        listener.settimeout(ceiling(60))
         conn, _ = listener.accept()
         conn.recv(65536)
         conn.close()
-        out, err = child.communicate(timeout=30)
+        out, err = child.communicate(timeout=ceiling(60))
     assert child.returncode == 3
     assert _one_line_no_traceback((child.returncode, out, err)).startswith(f"npuctl: cannot reach {url}")
 
@@ -138,19 +139,19 @@ def test_npuctl_piped_into_head_stops_quietly_with_141(tmp_path, live_server, de
     npuctl_cmd = f"{sys.executable} -m npuctl"
     submitted = subprocess.run(
         f"{npuctl_cmd} submit --array 150 --vnpu vir01 --time 1h -- sleep 60",
-        shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=ceiling(120),
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     piped = subprocess.run(
         ["bash", "-c", f'{npuctl_cmd} queue --json | head -1; echo "npuctl exit ${{PIPESTATUS[0]}}" >&2'],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=ceiling(120),
     )  # fmt: skip
     assert piped.stdout == "[\n"
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr and "Exception" not in piped.stderr
     assert piped.stderr.strip().splitlines() == ["npuctl exit 141"]
     table = subprocess.run(
         ["bash", "-c", f'{npuctl_cmd} queue | head -3; echo "npuctl exit ${{PIPESTATUS[0]}}" >&2'],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=ceiling(120),
     )  # fmt: skip
     assert table.stdout.splitlines()[0].split()[:2] == ["JOBID", "NAME"] and len(table.stdout.splitlines()) == 3
     assert table.stderr.strip().splitlines()[-1] in ("npuctl exit 141", "npuctl exit 0")  # 150 rows may fit a pipe
@@ -214,7 +215,7 @@ def manage_runs(tmp_path_factory) -> dict[str, tuple[int, str, str, dict[str, st
     results = {}
     try:
         for name, child in children.items():
-            out, err = child.communicate(timeout=180)
+            out, err = child.communicate(timeout=ceiling(180))
             results[name] = (child.returncode, out, err, fill)
     finally:
         for child in children.values():  # none is left running when one hung

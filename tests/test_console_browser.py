@@ -13,6 +13,7 @@ from scheduling.engine.durations import format_duration
 from scheduling.models import Job
 from scheduling.services.tick import run_tick
 from tests.browser import login, page, requires_chromium  # noqa: F401 - page is a fixture
+from tests.waiting import ceiling
 
 pytestmark = [requires_chromium, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -114,10 +115,10 @@ def test_user_creates_uses_and_revokes_an_api_token(demo, user_factory, page) ->
     page.get_by_role("button", name="Create token").click()
     key = page.locator("#new-key").inner_text()
     base = page.url.split("/tokens/")[0]
-    ok = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=10)
+    ok = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=ceiling(60))
     assert ok.status_code == 200
     page.once("dialog", lambda dialog: dialog.accept())  # "Revoke the token 'laptop'? ..."
     page.get_by_role("button", name="Revoke laptop").click()
     expect(page.locator("#tokens")).not_to_contain_text("laptop")
-    refused = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=10)
+    refused = requests.get(f"{base}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=ceiling(60))
     assert refused.status_code == 401

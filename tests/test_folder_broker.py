@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from kombu import Connection
 
+from tests.waiting import ceiling
+
 
 def _connection(folder: Path, transport: str = "npuportal.broker:Transport") -> Connection:
     for name in ("queue", "processed", "control"):
@@ -32,7 +34,7 @@ def test_an_unreadable_message_is_dropped_and_the_next_one_delivered(tmp_path: P
         queue.put({"n": 1})
         (tmp_path / "queue" / "0_broken.ticks.msg").write_bytes(b"")  # sorts first: an empty file
         (tmp_path / "queue" / ".1_half.ticks.msg.partial").write_bytes(b'{"bo')  # still being written
-        message = queue.get(timeout=2)
+        message = queue.get(timeout=ceiling(60))
         assert message.payload == {"n": 1}
         message.ack()
         with pytest.raises(queue.Empty):
@@ -59,7 +61,7 @@ def test_a_reader_polling_hard_gets_every_message_whole(tmp_path: Path) -> None:
         writer.start()
         while len(got) < count:
             try:
-                message = queue.get(timeout=5)
+                message = queue.get(timeout=ceiling(60))
             except queue.Empty:
                 break
             except Exception as exc:  # pragma: no cover - what the test is for

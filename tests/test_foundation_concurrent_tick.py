@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection
 from scheduling.models import Allocation, Job
 from scheduling.services import tick as tick_module
 from tests.conftest import requires_postgres
+from tests.waiting import ceiling
 
 pytestmark = [requires_postgres, pytest.mark.django_db(transaction=True)]
 
@@ -33,18 +34,26 @@ def _race(n_threads: int = 2) -> list[BaseException | tick_module.TickResult]:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
+        t.join(ceiling(120))
     return results
 
 
-def _slow_decide(monkeypatch) -> None:
-    """Widen the race window: both ticks have read the same state before either writes."""
+def _slow_decide(monkeypatch, meet: threading.Barrier | None = None) -> None:
+    """Widen the race window: both ticks have read the same state before either writes.
+
+    With ``meet``, each tick waits there until every tick has read its snapshot, however slow the machine
+    (only without the lock: with it the others wait before they read, so they could never meet there);
+    without, each sleeps half a second.
+    """
     real = tick_module.decide
 
     def slow(snapshot):
         import time
 
-        time.sleep(0.5)
+        if meet is not None:
+            meet.wait(timeout=ceiling(60))
+        else:
+            time.sleep(0.5)
         return real(snapshot)
 
     monkeypatch.setattr(tick_module, "decide", slow)
@@ -78,7 +87,7 @@ def test_concurrent_ticks_do_not_double_allocate(demo, user_factory, api, monkey
 def test_without_the_lock_the_race_is_real(demo, user_factory, api, monkeypatch) -> None:
     """Shows the test above can fail: with the lock removed, the ticks collide."""
     _submit_many(user_factory, api)
-    _slow_decide(monkeypatch)
+    _slow_decide(monkeypatch, meet=threading.Barrier(2))
     monkeypatch.setattr(tick_module, "_lock_cluster", lambda: None)
     results = _race(2)
     collided = any(isinstance(r, IntegrityError) for r in results)

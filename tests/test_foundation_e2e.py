@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 import requests
 
 from tests.conftest import free_port, free_port_block
+from tests.waiting import ceiling, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def _env(tmp_path: Path, agent_port: int) -> dict[str, str]:
 
 def _manage(env: dict[str, str], *args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=ceiling(300)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
@@ -52,13 +52,13 @@ def _manage(env: dict[str, str], *args: str) -> str:
 
 def _login(base: str, username: str, password: str) -> requests.Session:
     s = requests.Session()
-    page = s.get(f"{base}/login/", timeout=10)
+    page = s.get(f"{base}/login/", timeout=ceiling(60))
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
     resp = s.post(
         f"{base}/login/",
         data={"username": username, "password": password, "csrfmiddlewaretoken": token},
         headers={"Referer": f"{base}/login/"},
-        timeout=10,
+        timeout=ceiling(60),
     )
     assert resp.status_code == 200 and "Log out" in resp.text, f"{username} could not log in"
     return s
@@ -96,22 +96,24 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        health = None
-        while time.monotonic() < deadline:
-            try:
-                health = requests.get(f"{base}/healthz", timeout=10)
-                if health.status_code == 200:
-                    break
-            except requests.RequestException:
-                pass  # not listening yet, or the first request still loading the app
+
+        def healthy() -> requests.Response:
             assert sup.poll() is None, sup.stdout.read()[-3000:]
-            time.sleep(1)
-        assert health is not None and health.status_code == 200, health and health.text
+            return requests.get(f"{base}/healthz", timeout=ceiling(60))
+
+        # Not listening yet, or the first request still loading the app: not yet.
+        health = wait_for(
+            healthy,
+            until=lambda resp: resp.status_code == 200,
+            ignore=(requests.RequestException,),
+            timeout=180,
+            interval=1,
+            message="the system's /healthz to answer 200",
+        )
         assert health.json()["tick"]["age_s"] < 30
 
         admin = _login(base, "admin", logins["admin"])
-        assert admin.get(f"{base}/admin/", timeout=10).status_code == 200
+        assert admin.get(f"{base}/admin/", timeout=ceiling(60)).status_code == 200
         _login(base, "lead-training", logins["lead-training"])
 
         api = {"Authorization": f"Token {token}"}
@@ -126,24 +128,26 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
                 "estimated_duration_s": 60,
             },
             headers=api,
-            timeout=10,
+            timeout=ceiling(60),
         )
         assert resp.status_code == 201, resp.text
         job_id = resp.json()["id"]
-        submitted = time.monotonic()
-        states = []
-        while time.monotonic() - submitted < 60:
-            job = requests.get(f"{base}/api/v1/jobs/{job_id}/", headers=api, timeout=10).json()
+        states: list[str] = []
+
+        def job_now() -> dict:  # type: ignore[type-arg]
+            job = requests.get(f"{base}/api/v1/jobs/{job_id}/", headers=api, timeout=ceiling(60)).json()
             if not states or states[-1] != job["state"]:
                 states.append(job["state"])
-            if job["state"] in {"completed", "failed"}:
-                break
-            time.sleep(0.5)
+            return job
+
+        job = wait_for(
+            job_now, until=lambda job: job["state"] in {"completed", "failed"}, interval=0.5, message="the job to end"
+        )
         assert "running" in states, states
         assert states[-1] == "completed", (states, job)
         assert job["exit_code"] == 0
         assert len(job["allocations"]) == 2
-        log = requests.get(f"{base}/api/v1/jobs/{job_id}/log/", headers=api, timeout=10).json()
+        log = requests.get(f"{base}/api/v1/jobs/{job_id}/log/", headers=api, timeout=ceiling(60)).json()
         assert log["data"].startswith("hi\n") and log["complete"], log
         seen = dict(line[5:].split("=", 1) for line in log["data"].splitlines() if line.startswith("env: "))
         assert not {"NPUPORTAL_E2E_SECRET", "NPUPORTAL_VAR_DIR", "DJANGO_SETTINGS_MODULE"} & set(seen), seen
@@ -157,22 +161,21 @@ def test_make_run_system_starts_a_job_through_the_api_within_seconds(tmp_path: P
             f"{base}/api/v1/jobs/",
             json={"name": "long", "command": f"echo {marker}; sleep 600 # {marker}", "num_devices": 1},
             headers=api,
-            timeout=10,
+            timeout=ceiling(60),
         )
         assert resp.status_code == 201, resp.text
         long_id = resp.json()["id"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            log = requests.get(f"{base}/api/v1/jobs/{long_id}/log/", headers=api, timeout=10).json()
-            if marker in log["data"]:
-                break
-            time.sleep(0.5)
-        assert marker in log["data"], log
+        log = wait_for(
+            lambda: requests.get(f"{base}/api/v1/jobs/{long_id}/log/", headers=api, timeout=ceiling(60)).json(),
+            until=lambda log: marker in log["data"],
+            interval=0.5,
+            message="the long job's first line",
+        )
         assert _processes_with(marker), "the long job runs"
     finally:
         sup.send_signal(signal.SIGINT)
         try:
-            out, _ = sup.communicate(timeout=30)
+            out, _ = sup.communicate(timeout=ceiling(120))
         except subprocess.TimeoutExpired:
             sup.kill()
             out, _ = sup.communicate()
@@ -198,7 +201,7 @@ def test_supervisor_gives_up_on_a_child_that_keeps_dying_and_exits_non_zero(tmp_
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=ceiling(600),
         )
     assert sup.returncode != 0
     restarts = re.findall(

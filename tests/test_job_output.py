@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -11,6 +10,7 @@ from django.contrib.auth import get_user_model
 from scheduling.models import Job, JobOutput
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 from tests.test_lifecycle_harness import cluster, eager_celery, node_of, open_devices, poll, submit, tick
+from tests.waiting import ceiling, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 __all__ = ["cluster", "eager_celery", "submit"]  # fixtures, imported for pytest
@@ -32,25 +32,26 @@ def _started(cluster, submit, command: str):  # type: ignore[no-untyped-def]
     return job, agent
 
 
-def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluster, submit, api) -> None:
+def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluster, submit, api, tmp_path) -> None:
     lead = api(get_user_model().objects.get(username="lead-training"))
-    job, agent = _started(cluster, submit, "echo first; echo 'to stderr' >&2; sleep 4; echo second; sleep 0.5")
+    gate = tmp_path / "go"  # the job writes its last line only once the follower has had the first ones
+    command = f"echo first; echo 'to stderr' >&2; while [ ! -e {gate} ]; do sleep 0.05; done; echo second; sleep 0.5"
+    job, agent = _started(cluster, submit, command)
 
-    seen, offset, rounds, pieces = "", 0, 0, []
-    while True:
+    seen, offset, pieces = "", 0, []
+
+    def read_on() -> dict:  # type: ignore[type-arg]
+        nonlocal seen, offset
         chunk = _log(lead, job, offset=offset)
         assert chunk["offset"] == offset and chunk["attempt"] == 1 and chunk["source"] == "agent"
         seen += chunk["data"]
         pieces.append((chunk["data"], chunk["complete"]))
         offset = chunk["next_offset"]
-        rounds += 1
-        if chunk["complete"]:
-            break
-        if rounds > 50:
-            poll()  # the job ended on the agent: the poll finishes it
-        time.sleep(0.1)
-        if rounds > 400:
-            raise AssertionError(f"never complete: {chunk}")
+        if "to stderr" in seen:
+            gate.touch()
+        return chunk
+
+    wait_for(read_on, until=lambda chunk: chunk["complete"], interval=0.1, message=f"job {job.pk}'s log to complete")
     assert seen == "first\nto stderr\nsecond\n"
     # While it ran the follower had the first lines and not the last, then the rest from its offset.
     assert any(data and "second" not in data and not done for data, done in pieces), pieces
@@ -68,10 +69,9 @@ def test_output_is_followed_while_it_runs_and_kept_after_the_node_is_gone(cluste
 
 def _first_output(client, job: Job, **params: object) -> dict:  # type: ignore[no-untyped-def]
     """The log once the run has written something (its first line comes at once)."""
-    deadline = time.monotonic() + 10
-    while not (chunk := _log(client, job, **params))["data"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return chunk
+    return wait_for(
+        lambda: _log(client, job, **params), until=lambda chunk: chunk["data"], interval=0.1, message="a first line"
+    )
 
 
 def test_an_earlier_runs_output_is_read_with_attempt_after_a_requeue(cluster, submit, api) -> None:
@@ -119,21 +119,23 @@ def test_log_parameters_are_checked_and_other_teams_see_nothing(cluster, submit,
 
 @requires_chromium
 @pytest.mark.browser
-def test_the_job_page_shows_the_output_growing_while_it_runs(cluster, submit, page, user_factory) -> None:  # noqa: F811
+def test_the_job_page_shows_the_output_growing_while_it_runs(cluster, submit, page, user_factory, tmp_path) -> None:  # noqa: F811
     """What a lead sees: the first line, then the next one appear on the job page without a reload."""
     from playwright.sync_api import expect
 
     user_factory("tess", team="training", role="lead")
-    job = submit("echo first-line; sleep 4; echo second-line; sleep 30")
+    gate = tmp_path / "go"  # the second line comes once the page shows the first
+    job = submit(f"echo first-line; while [ ! -e {gate} ]; do sleep 0.05; done; echo second-line; sleep 600")
     tick()
     job = Job.objects.get(pk=job.pk)
     cluster[node_of(job)].wait_job(job.agent_job_id, {"running"})
     login(page, "tess", "pw-tess")
     page.goto(f"/jobs/{job.pk}/")
     output = page.locator("#job-output")
-    expect(output).to_contain_text("first-line", timeout=10000)
+    expect(output).to_contain_text("first-line")
     snap(page, "first-line")
-    expect(output).to_contain_text("second-line", timeout=15000)  # no reload: the page follows
+    gate.touch()
+    expect(output).to_contain_text("second-line")  # no reload: the page follows
     expect(page.locator("#job-output-status")).to_contain_text("following")
     snap(page, "second-line")
     assert page.locator("text={{").count() == 0  # no raw template text anywhere
@@ -161,11 +163,13 @@ def test_npuctl_logs_follow_prints_each_line_once_until_the_job_ends(cluster, su
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while follower.poll() is None and time.monotonic() < deadline:
+
+        def follower_returned() -> bool:
             poll()  # the job's end reaches the portal at a poll, as the worker's would
-            time.sleep(0.5)
-        out, err = follower.communicate(timeout=10)
+            return follower.poll() is not None
+
+        wait_for(follower_returned, interval=0.5, message="npuctl logs -f to return")
+        out, err = follower.communicate(timeout=ceiling(60))
     finally:
         if follower.poll() is None:
             follower.kill()

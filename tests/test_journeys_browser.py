@@ -20,12 +20,14 @@ from scheduling.services import jobs as job_service
 from scheduling.services.tick import run_tick
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, tick
+from tests.waiting import ceiling_ms, wait_for
 
 pytestmark = [requires_chromium, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["cluster", "eager_celery"]  # fixtures, imported for pytest
 
-#: A live region polls every 3 s: a change must show within this many milliseconds.
-LIVE_MS = 5000
+#: A live region polls every 3 s: a change shows long before this ceiling, which only a page that stopped
+#: following reaches. Generous, so that a busy machine cannot fail a page that is right.
+LIVE_MS = ceiling_ms(30)
 
 
 def _mark(page) -> None:  # noqa: F811
@@ -89,22 +91,18 @@ def test_lead_is_refused_an_impossible_job_then_watches_one_run_with_its_output(
     job.refresh_from_db()
     expect(page.locator("#job-live")).to_contain_text(node_of(job), timeout=LIVE_MS)
     output = page.locator("#job-output")
-    expect(output).to_contain_text("step-one", timeout=10_000)
+    expect(output).to_contain_text("step-one")
     snap(page, "running with its first line")
-    expect(output).to_contain_text("step-two", timeout=15_000)
+    expect(output).to_contain_text("step-two")
     snap(page, "output grows")
 
     # The agent reports the end at its next poll; the page shows it with no reload.
-    def ended() -> bool:
+    def polled_state() -> str:
         poll()
         job.refresh_from_db()
-        return job.state == Job.State.COMPLETED
+        return job.state
 
-    for _ in range(40):
-        if ended():
-            break
-        page.wait_for_timeout(500)
-    assert job.state == Job.State.COMPLETED, job.state
+    wait_for(polled_state, until=lambda state: state == Job.State.COMPLETED, interval=0.5, message="the job to end")
     expect(page.locator("#job-state")).to_have_text("Completed", timeout=LIVE_MS)
     expect(output).to_contain_text("step-two")
     expect(page.get_by_role("button", name="Cancel job")).to_have_count(0)  # nothing left to cancel
@@ -184,7 +182,7 @@ def test_finance_reads_reports_and_statements_and_cannot_submit(demo, user_facto
     expect(nav.get_by_role("link", name="Statements")).to_be_visible()
     expect(nav.get_by_role("link", name="Submit")).to_have_count(0)
     expect(nav.get_by_role("link", name="Jobs")).to_have_count(0)
-    expect(page.locator("#chart-cost .plot-container")).to_have_count(1, timeout=10_000)
+    expect(page.locator("#chart-cost .plot-container")).to_have_count(1)
     expect(page.locator("#report-status")).to_contain_text("Month to date")
     snap(page, "reports, month to date")
 

@@ -4,7 +4,6 @@ agent restarts and unreachable nodes (docs/health.md)."""
 from __future__ import annotations
 
 import signal
-import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -17,6 +16,7 @@ from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import RETRY_BUDGET, cancel_job
 from scheduling.services.walltime import enforce_walltime
 from tests.test_lifecycle_harness import NODE_A, NODE_B, cluster, eager_celery, node_of, poll, submit, tick
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 __all__ = ["cluster", "eager_celery", "submit"]  # fixtures, imported for pytest
@@ -37,15 +37,12 @@ def _running(cluster, submit, command: str):  # type: ignore[no-untyped-def]
     return job, name, agent
 
 
-def _poll_until(job: Job, states: set[str], timeout: float = 10) -> Job:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _poll_until(job: Job, states: set[str]) -> Job:
+    def polled() -> Job:
         poll()
-        job = _reload(job)
-        if job.state in states:
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job.pk} stayed {job.state}")
+        return _reload(job)
+
+    return wait_for(polled, until=lambda job: job.state in states, interval=0.1, message=f"job {job.pk} to be {states}")
 
 
 def test_job_launches_and_completes_with_exit_code_zero(cluster, submit) -> None:
@@ -113,7 +110,7 @@ def test_walltime_enforced_by_the_agent_is_recorded_as_walltime(cluster, submit)
     tick()
     job = _reload(job)
     agent = cluster[node_of(job)]
-    record = agent.wait_job(job.agent_job_id, {"killed"}, timeout=8)
+    record = agent.wait_job(job.agent_job_id, {"killed"})
     assert record["reason"] == "walltime"
     job = _poll_until(job, {Job.State.FAILED})
     event = job.events.last()
@@ -282,7 +279,7 @@ def test_agent_killed_mid_job_and_restarted_loses_nothing(cluster, submit) -> No
 
 
 def test_node_down_for_k_polls_requeues_its_jobs_and_the_stale_run_is_stopped_when_it_returns(cluster, submit) -> None:
-    job = submit("sleep 30")
+    job = submit("sleep 600")  # outlives every step below, however slow the machine
     tick()
     job = _reload(job)
     name = node_of(job)
@@ -353,10 +350,11 @@ def test_wrong_token_is_a_failed_poll_with_a_clear_error_and_changes_nothing(clu
     assert cluster[NODE_A].jobs() == {}
 
 
-def test_a_draining_node_is_drained_when_the_poll_sees_its_last_job_end(cluster, submit) -> None:
+def test_a_draining_node_is_drained_when_the_poll_sees_its_last_job_end(cluster, submit, tmp_path) -> None:
     from devices.services.operations import drain_node
 
-    job = submit("sleep 1")
+    gate = tmp_path / "go"  # the job runs until the test has seen it running on the draining node
+    job = submit(f"while [ ! -e {gate} ]; do sleep 0.05; done")
     tick()
     job = _reload(job)
     name = node_of(job)
@@ -365,6 +363,7 @@ def test_a_draining_node_is_drained_when_the_poll_sees_its_last_job_end(cluster,
     node = Node.objects.get(name=name)
     assert node.state == Node.State.DRAINING and not node.drained
     assert _reload(job).state == Job.State.RUNNING, "running work finishes on a draining node"
+    gate.touch()
     cluster[name].wait_job(job.agent_job_id, {"succeeded"})
     _poll_until(job, {Job.State.COMPLETED})
     node = Node.objects.get(name=name)

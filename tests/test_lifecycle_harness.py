@@ -14,7 +14,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 import requests
 
 from tests.conftest import free_port
+from tests.waiting import ceiling, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_A, NODE_B = "ascend-b4-01", "ascend-b4-02"
@@ -82,26 +82,23 @@ class Agent:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            try:
-                if self.call("GET", "/v1/health").status_code == 200:
-                    return self
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"agent {self.name} did not start: {self.log.read_text()[-2000:]}")
+
+        def up() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-2000:]
+            return self.call("GET", "/v1/health").status_code == 200
+
+        wait_for(up, ignore=(requests.ConnectionError,), message=f"agent {self.name} to answer /v1/health")
+        return self
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=ceiling(60))
         self.proc = None
 
     def call(self, method: str, path: str, body: Any = None, token: str | None = None) -> requests.Response:
         headers = {"Authorization": f"Bearer {token or self.token}"}
-        return requests.request(method, self.url + path, json=body, headers=headers, timeout=5)
+        return requests.request(method, self.url + path, json=body, headers=headers, timeout=ceiling(60))
 
     def fault(self, device: int, kind: str) -> dict[str, Any]:
         resp = self.call("POST", "/v1/sim/faults", {"device": device, "kind": kind})
@@ -113,15 +110,12 @@ class Agent:
         assert resp.status_code == 200, resp.text
         return {str(j["job_id"]): j for j in resp.json()["jobs"]}
 
-    def wait_job(self, run_id: str, states: set[str], timeout: float = 10) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        record: dict[str, Any] | None = None
-        while time.monotonic() < deadline:
-            record = self.jobs().get(run_id)
-            if record is not None and record["state"] in states:
-                return record
-            time.sleep(0.05)
-        raise AssertionError(f"run {run_id} on {self.name} never reached {states}: {record}")
+    def wait_job(self, run_id: str, states: set[str]) -> dict[str, Any]:
+        return wait_for(
+            lambda: self.jobs().get(run_id),
+            until=lambda record: record is not None and record["state"] in states,
+            message=f"run {run_id} on {self.name} to be {'/'.join(sorted(states))}",
+        )
 
     def kill_leftover_jobs(self) -> None:
         """Jobs outlive their agent by design; the test must not leave any behind."""

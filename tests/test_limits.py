@@ -17,6 +17,7 @@ from django.test import Client, override_settings
 from devices.agent.environment import MAX_ENV_BYTES
 from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import MAX_PATH_CHARS
+from tests.waiting import ceiling
 
 pytestmark = pytest.mark.django_db
 
@@ -280,7 +281,7 @@ def _settings_error(**env: str) -> str:
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(120),
     )
     return "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1]
 

@@ -28,6 +28,7 @@ from django.conf import settings
 
 from tests.conftest import db_url_for_subprocess, free_port, requires_postgres, requires_redis
 from tests.redis_server import RedisServer, requires_redis_server
+from tests.waiting import ceiling, wait_for
 
 pytestmark = [
     requires_postgres,
@@ -41,6 +42,9 @@ pytestmark = [
 
 ROOT = Path(settings.BASE_DIR)
 OUTAGE_S = 30.0
+#: What "nothing slow" means: kombu's default retries held a publish to a Redis that is down for 4 s and
+#: more, and a hung socket waits its 2 s timeout; an answer takes well under a second, also on a busy machine.
+SLOW_S = 4.0
 #: The user rate of the server under test: the client loop (one request at a time, at most one per
 #: ``PACE_S``) stays below it; a burst of parallel requests goes well over it.
 RATE_PER_S = 10
@@ -90,7 +94,7 @@ class Client:
     def call(self, tally: Tally, method: str, path: str, **kwargs: object) -> requests.Response | None:
         started = time.monotonic()
         try:
-            resp = self.session.request(method, self.base + path, timeout=10, **kwargs)  # type: ignore[arg-type]
+            resp = self.session.request(method, self.base + path, timeout=ceiling(60), **kwargs)  # type: ignore[arg-type]
         except requests.RequestException as exc:
             tally.errors.append(f"{method} {path}: {exc}")
             return None
@@ -142,7 +146,7 @@ def _burst(client: Client, count: int = 120) -> Counter[int]:
 
 
 def _broker_ok(base: str) -> bool:
-    body = requests.get(base + "/healthz", timeout=10).json()
+    body = requests.get(base + "/healthz", timeout=ceiling(60)).json()
     return bool(body["broker"]["ok"])
 
 
@@ -162,15 +166,12 @@ def _env(tmp_path: Path, redis_url: str) -> dict[str, str]:
 
 
 def _wait_up(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         assert proc.poll() is None, log.read_text()[-3000:]
-        try:
-            requests.get(base + "/healthz", timeout=5)
-            return
-        except requests.RequestException:
-            time.sleep(0.2)
-    raise AssertionError("gunicorn did not answer: " + log.read_text()[-3000:])
+        requests.get(base + "/healthz", timeout=ceiling(30))
+        return True
+
+    wait_for(answers, ignore=(requests.RequestException,), interval=0.2, message="gunicorn to answer /healthz")
 
 
 def test_the_api_answers_through_a_redis_outage_and_recovers_by_itself(tmp_path: Path) -> None:
@@ -219,7 +220,7 @@ def test_the_api_answers_through_a_redis_outage_and_recovers_by_itself(tmp_path:
         before = phases["before"]
         before.submitted[running_id] = "to-run"
         _drive(client, before, 2, "before", pending, until=lambda: tick.poll() is None)
-        tick_out = tick.communicate(timeout=60)[0]
+        tick_out = tick.communicate(timeout=ceiling(120))[0]
         assert tick.returncode == 0, tick_out[-2000:]
         tick_done_s = time.monotonic() - test_started
         assert Job.objects.get(pk=running_id).state == Job.State.RUNNING, tick_out
@@ -254,7 +255,7 @@ def test_the_api_answers_through_a_redis_outage_and_recovers_by_itself(tmp_path:
     finally:
         web.terminate()
         try:
-            web.wait(timeout=15)
+            web.wait(timeout=ceiling(60))
         except subprocess.TimeoutExpired:
             web.kill()
             web.wait()
@@ -276,11 +277,11 @@ def test_the_api_answers_through_a_redis_outage_and_recovers_by_itself(tmp_path:
     for name, tally in phases.items():
         assert tally.server_errors == 0 and not tally.errors, (name, tally.summary(), tally.errors[:3], log[-3000:])
         assert tally.statuses[201] > 0 and tally.statuses[200] > 0, (name, tally.summary())
-        assert max(tally.latencies) < 2.0, (name, tally.summary())
-    assert phases["outage"].requests >= 2 * OUTAGE_S, phases["outage"].summary()
+        assert max(tally.latencies) < SLOW_S, (name, tally.summary())
+    assert phases["outage"].requests >= OUTAGE_S, phases["outage"].summary()  # about 6 a second when idle
     assert outage_s >= OUTAGE_S
     # Its stop message found no broker: logged, not waited for (kombu's default retries took 6 s here).
-    assert cancel_s < 2.0, cancel_s
+    assert cancel_s < SLOW_S, cancel_s
     # Throttling went on, per process, and counts in Redis again once Redis answers.
     assert burst_down[429] > 0 and burst_down[200] > 0, burst_down
     assert burst_after[429] > 0 and burst_after[200] > 0, burst_after

@@ -112,8 +112,7 @@ def test_without_javascript_a_cancel_asks_on_a_page_first(demo, user_factory, pa
     job = submit_job(team=lead.memberships.get().team, user=lead, spec=JobSpec(name="sweep", command="true"))
     context = page.context.browser.new_context(base_url=live_server.url, java_script_enabled=False)
     try:
-        plain = context.new_page()
-        plain.set_default_timeout(15000)
+        plain = browser.patient(context.new_page())
         browser._pages[plain] = [browser._pages[page][0] + "-noscript", 0]  # its screenshots named for this test
         login(plain, "rosa", "pw-rosa")
         plain.goto(f"/jobs/{job.pk}/")

@@ -30,6 +30,7 @@ from quotas.api.authentication import issue_token
 from quotas.models import AuditEvent
 from tests.browser import ROOT, page, requires_chromium  # noqa: F401 - page is a fixture
 from tests.conftest import requires_redis
+from tests.waiting import ceiling
 
 #: An instant at the start of a minute, so fixed one-minute windows are not crossed by accident.
 T0 = datetime(2026, 11, 18, 9, 0, 0, tzinfo=UTC)
@@ -76,7 +77,7 @@ def _settings_in_child(tmp_path: Path, **env: str) -> subprocess.CompletedProces
     )
     child_env = {**os.environ, "NPUPORTAL_VAR_DIR": str(tmp_path), **env}
     return subprocess.run(
-        [sys.executable, "-c", code], env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=ceiling(120)
     )
 
 

@@ -10,6 +10,7 @@ command starts, so every process of the job can be found again, also one that le
 
 It ignores SIGTERM/SIGINT/SIGHUP only in the sense of not dying from them: the agent signals every
 process of the job, so the command gets the signal directly and the wrapper stays to record the outcome.
+A signal that comes before the command exists is passed on to it once it runs.
 SIGKILL still takes the wrapper down, and then no exit file exists, which the agent reports honestly.
 
 An agent running as root starts the wrapper as root and tells it the job's account (``--uid``,
@@ -134,8 +135,20 @@ def write_exit_status(path: str, status: int) -> None:
     os.replace(tmp, path)
 
 
+#: Stop signals that came while the command did not run yet: :func:`main` passes them on once it runs.
+_early_signals: list[int] = []
+_command_started = threading.Event()
+
+
 def _stay_alive(signum: int, frame: FrameType | None) -> None:
-    """Outlive group-wide signals long enough to record the command's status (the command got them too)."""
+    """Outlive group-wide signals long enough to record the command's status (the command got them too).
+
+    One that comes before the command exists (a job stopped just after its launch, on a busy node) reached
+    no command: it is kept, to be passed on as soon as the command runs. Lost, it would leave the job
+    running until SIGKILL at the end of its grace period.
+    """
+    if not _command_started.is_set():
+        _early_signals.append(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -210,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"npuportal runner: cannot start {argv_child[0]}: {exc}", file=sys.stderr, flush=True)
         write_exit_status(args.exit_file, 127)
         return 127
+    _command_started.set()
+    for signum in dict.fromkeys(_early_signals):
+        child.send_signal(signum)
     copier = None
     if capped and child.stdout is not None:
         copier = threading.Thread(

@@ -21,6 +21,7 @@ import pytest
 
 from devices.agent.backends import DeviceUse, NpuSmiBackend, NvidiaSmiBackend, npu_device_index
 from devices.agent.errors import ApiError
+from tests.waiting import ceiling, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "npu-smi"
@@ -38,7 +39,7 @@ class FakeTool:
             f'mode=$(cat "{self.mode_file}")\n'
             'case "$mode" in\n'
             "  fail) echo 'dcmi module initialize failed. ret is -8005' >&2; exit 1 ;;\n"
-            "  hang) exec sleep 5 ;;\n"
+            "  hang) exec sleep 600 ;;\n"
             '  *) case "$*" in *query-compute-apps*) cat "$mode.apps" 2>/dev/null ;; *) cat "$mode" ;; esac ;;\n'
             "esac\n"
         )
@@ -106,7 +107,7 @@ def test_tool_failure_marks_known_devices_unknown(npu_smi: FakeTool) -> None:
     npu_smi.serve("hang")
     t0 = time.monotonic()
     hung = backend.collect({})
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < ceiling(60)  # cut off at its timeout, not waited out
     assert {d["health"] for d in hung.devices} == {"UNKNOWN"}
     assert "timed out" in (hung.error or "")
 
@@ -188,7 +189,7 @@ def free_port() -> int:
 def call(port: int, method: str, path: str, body: object = None) -> tuple[int, dict]:
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=ceiling(60))
     try:
         data = None if body is None else json.dumps(body).encode()
         conn.request(method, path, body=data, headers={"Authorization": f"Bearer {TOKEN}"})
@@ -228,17 +229,15 @@ def npu_agent(tmp_path: Path, npu_smi: FakeTool) -> Iterator[int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            if call(port, "GET", "/v1/health")[0] == 200:
-                break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, "agent did not come up"
-            time.sleep(0.05)
+
+    def up() -> bool:
+        assert proc.poll() is None, "the agent exited"
+        return call(port, "GET", "/v1/health")[0] == 200
+
+    wait_for(up, ignore=(OSError,), message=f"the agent on port {port} to answer")
     yield port
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=10)
+    proc.wait(timeout=ceiling(60))
 
 
 def test_agent_on_npu_smi_backend(npu_agent: int, npu_smi: FakeTool) -> None:
@@ -256,11 +255,12 @@ def test_agent_on_npu_smi_backend(npu_agent: int, npu_smi: FakeTool) -> None:
         npu_agent, "POST", "/v1/jobs", {"job_id": 3, "command": "echo $ASCEND_RT_VISIBLE_DEVICES", "devices": [6, 4]}
     )
     assert status == 201
-    deadline = time.monotonic() + 10
-    while reply["state"] != "succeeded":
-        assert time.monotonic() < deadline, reply
-        time.sleep(0.05)
-        reply = call(npu_agent, "GET", "/v1/jobs/3")[1]
+    if reply["state"] != "succeeded":
+        reply = wait_for(
+            lambda: call(npu_agent, "GET", "/v1/jobs/3")[1],
+            until=lambda job: job["state"] == "succeeded",
+            message="job 3 to succeed",
+        )
     assert reply["output_tail"] == ["6,4"]
     assert reply["accelerator_memory"] is None  # this npu-smi prints no process table: not checked
     npu_smi.serve("fail")

@@ -1,8 +1,9 @@
 """The node agent as users run it: ``python -m devices.agent`` in a subprocess, spoken to over HTTP.
 
 Every test starts real agents (sim backend) on 127.0.0.1 with a temporary state dir and token file, and
-real jobs (``/bin/sh -c``). Waits are poll loops with deadlines, never fixed sleeps, so the file stays
-fast; jobs that wait for something use a file handshake so timing cannot make a test flaky.
+real jobs (``/bin/sh -c``). Waits poll for a condition (``tests/waiting.py``: generous ceilings, never
+budgets), never fixed sleeps, so the file stays fast; jobs that wait for something use a file handshake
+so timing cannot make a test flaky.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import ceiling, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "agent-test-token-5f1b9c0e7d2a"
 
@@ -31,18 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Poll until ``check()`` is truthy; return its value or fail with the last one seen."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s; last value: {last!r}")
 
 
 class Agent:
@@ -94,7 +85,7 @@ class Agent:
             except OSError:
                 return False
 
-        wait_for(up, timeout=15)
+        wait_for(up, message=f"the agent on port {self.port} to answer /v1/health")
         return self
 
     def log(self) -> str:
@@ -110,7 +101,7 @@ class Agent:
         raw: bytes | None = None,
         auth: str | None = f"Bearer {TOKEN}",
     ) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=ceiling(120))
         headers = {"Content-Type": "application/json"}
         if auth is not None:
             headers["Authorization"] = auth
@@ -136,8 +127,12 @@ class Agent:
         assert status == 201, body
         return body
 
-    def wait_state(self, job_id: Any, *states: str, timeout: float = 10.0) -> dict[str, Any]:
-        return wait_for(lambda: (j := self.job(job_id))["state"] in states and j, timeout=timeout)
+    def wait_state(self, job_id: Any, *states: str) -> dict[str, Any]:
+        return wait_for(
+            lambda: self.job(job_id),
+            until=lambda job: job["state"] in states,
+            message=f"job {job_id!r} to be {'/'.join(states)}",
+        )
 
     def device(self, index: int) -> dict[str, Any]:
         status, body = self.call("GET", "/v1/devices")
@@ -148,7 +143,7 @@ class Agent:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=ceiling(30))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -303,12 +298,12 @@ def test_repost_is_idempotent_and_never_starts_twice(agent: Agent, tmp_path: Pat
 def test_delete_stops_a_job_within_grace_and_is_idempotent(agent: Agent) -> None:
     started = agent.launch("long", "sleep 60", [4])
     t0 = time.monotonic()
-    status, reply = agent.call("DELETE", "/v1/jobs/long?grace=5")
+    status, reply = agent.call("DELETE", "/v1/jobs/long?grace=600")
     assert status == 200
-    assert time.monotonic() - t0 < 2  # the HTTP call does not wait out the grace period
+    assert time.monotonic() - t0 < ceiling(30)  # the HTTP call does not wait out the grace period
     assert reply["state"] in ("stopping", "killed")
-    done = agent.wait_state("long", "killed", timeout=5)
-    assert time.monotonic() - t0 < 5
+    done = agent.wait_state("long", "killed")
+    assert time.monotonic() - t0 < ceiling(60)  # SIGTERM ended it, long before the grace period
     assert done["exit_code"] == -signal.SIGTERM
     assert done["reason"] == "cancelled"
     assert not job_pid_alive(started["pid"])
@@ -322,7 +317,7 @@ def test_delete_records_the_reason_it_is_given(agent: Agent) -> None:
     agent.launch("evicted", "sleep 60", [3])
     status, reply = agent.call("DELETE", "/v1/jobs/evicted?grace=5&reason=Preempted%20for%20job%2042")
     assert status == 200 and reply["state"] in ("stopping", "killed")
-    done = agent.wait_state("evicted", "killed", timeout=5)
+    done = agent.wait_state("evicted", "killed")
     assert done["reason"] == "Preempted for job 42"
     # A second request may shorten the grace but not rewrite why the job was stopped.
     agent.call("DELETE", "/v1/jobs/evicted?reason=other")
@@ -342,13 +337,14 @@ def test_delete_with_a_bad_reason_is_refused_and_stops_nothing(agent: Agent) -> 
         assert agent.job("kept")["state"] == "running"
 
 
-def test_delete_escalates_to_sigkill_after_grace(agent: Agent) -> None:
-    agent.launch("stubborn", "trap '' TERM; echo ready; sleep 60", [5])
+def test_delete_escalates_to_sigkill_after_grace(agents: Callable[..., Agent]) -> None:
+    agent = agents("--kill-grace", "600")  # the default grace, far beyond the ceiling below: not the one used
+    agent.launch("stubborn", "trap '' TERM; echo ready; sleep 600", [5])
     wait_for(lambda: agent.job("stubborn")["output_tail"] == ["ready"])
     t0 = time.monotonic()
     assert agent.call("DELETE", "/v1/jobs/stubborn?grace=0.5")[1]["state"] == "stopping"
-    done = agent.wait_state("stubborn", "killed", timeout=5)
-    assert 0.4 <= time.monotonic() - t0 < 4
+    done = agent.wait_state("stubborn", "killed")
+    assert 0.4 <= time.monotonic() - t0 < ceiling(60)
     assert done["exit_code"] == -signal.SIGKILL
 
 
@@ -357,26 +353,26 @@ def test_delete_with_wait_answers_once_the_job_is_gone_and_its_device_is_free(ag
     agent.launch("leaving", "trap 'sleep 0.8; exit 0' TERM; echo ready; sleep 60 & wait", [1])
     wait_for(lambda: agent.job("leaving")["output_tail"] == ["ready"])
     t0 = time.monotonic()
-    status, reply = agent.call("DELETE", "/v1/jobs/leaving?grace=5&wait=8&reason=Preempted")
+    status, reply = agent.call("DELETE", "/v1/jobs/leaving?grace=600&wait=60&reason=Preempted")
     assert status == 200 and reply["state"] == "killed" and reply["exit_code"] == 0
-    assert 0.7 <= time.monotonic() - t0 < 4, "it waited for the job to leave, not for the grace period"
+    assert 0.7 <= time.monotonic() - t0 < 60, "it waited for the job to leave, not for the grace period"
     assert agent.launch("next", "true", [1])["state"] in ("running", "succeeded")  # no 409: the device is free
     # Bounded by ``wait``: a job that outlives it is answered as still stopping.
-    agent.launch("stubborn", "trap '' TERM; echo ready; sleep 60", [2])
+    agent.launch("stubborn", "trap '' TERM; echo ready; sleep 600", [2])
     wait_for(lambda: agent.job("stubborn")["output_tail"] == ["ready"])
     t0 = time.monotonic()
-    assert agent.call("DELETE", "/v1/jobs/stubborn?grace=30&wait=0.3")[1]["state"] == "stopping"
-    assert time.monotonic() - t0 < 2
+    assert agent.call("DELETE", "/v1/jobs/stubborn?grace=600&wait=0.3")[1]["state"] == "stopping"
+    assert time.monotonic() - t0 < ceiling(30)
     for bad in ("soon", "-1", "121", "nan"):
         status, reply = agent.call("DELETE", f"/v1/jobs/stubborn?wait={bad}")
         assert (status, reply["field"]) == (400, "wait"), bad
-    agent.call("DELETE", "/v1/jobs/stubborn?grace=0&wait=5")
+    agent.call("DELETE", "/v1/jobs/stubborn?grace=0&wait=60")
     assert agent.job("stubborn")["state"] == "killed"
 
 
 def test_walltime_is_enforced(agent: Agent) -> None:
     agent.launch("wall", "sleep 30", [6], max_duration_s=0.5)
-    done = agent.wait_state("wall", "killed", timeout=6)
+    done = agent.wait_state("wall", "killed")
     assert done["reason"] == "walltime"
     assert done["max_duration_s"] == 0.5
     assert done["exit_code"] == -signal.SIGTERM
@@ -454,7 +450,7 @@ def test_other_bad_requests(agent: Agent) -> None:
     assert status == 405 and "PUT" in reply["error"]
     status, reply = agent.call("OPTIONS", "/v1/health")  # refused by the HTTP layer itself: still JSON
     assert status == 501 and "OPTIONS" in reply["error"]
-    agent.launch("g", "sleep 5", [0])
+    agent.launch("g", "sleep 600", [0])
     status, reply = agent.call("DELETE", "/v1/jobs/g?grace=soon")
     assert (status, reply["field"]) == (400, "grace")
     assert agent.job("g")["state"] == "running"  # the bad DELETE did not stop it
@@ -646,7 +642,7 @@ def test_second_agent_on_the_same_state_dir_refuses_to_start(agent: Agent, tmp_p
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(60),
         check=False,
     )
     assert other.returncode == 1
@@ -663,7 +659,7 @@ def run_agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(60),
         check=False,
     )
 
@@ -729,26 +725,30 @@ def test_agent_package_imports_only_the_standard_library() -> None:
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=ceiling(60), check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_log_serves_byte_ranges_while_the_job_runs_and_after(agent: Agent) -> None:
+def test_log_serves_byte_ranges_while_the_job_runs_and_after(agent: Agent, tmp_path: Path) -> None:
     """A follower asks from ``next_offset`` and sees each line once, stdout and stderr in order."""
-    agent.launch("follow-1", "echo one; echo two >&2; sleep 1; echo 'trois é'; sleep 0.3", [0])
+    gate = tmp_path / "go"  # the job goes on only after the first read: that read sees it running
+    agent.launch("follow-1", f"echo one; echo two >&2; while [ ! -e {gate} ]; do sleep 0.02; done; echo 'trois é'", [0])
     status, first = agent.call("GET", "/v1/jobs/follow-1/log")
     assert status == 200 and first["offset"] == 0
+    gate.touch()
     seen = first["data"]
     offset = first["next_offset"]
-    while True:
+
+    def read_on() -> dict[str, Any] | None:
+        nonlocal seen, offset
         status, more = agent.call("GET", f"/v1/jobs/follow-1/log?offset={offset}")
         assert status == 200 and more["offset"] == offset
         seen += more["data"]
         offset = more["next_offset"]
-        if more["complete"]:
-            break
-        time.sleep(0.1)
+        return more if more["complete"] else None
+
+    more = wait_for(read_on, interval=0.1, message="the log of follow-1 to be complete")
     assert seen == "one\ntwo\ntrois é\n"
     assert offset == len(seen.encode())
     assert not first["complete"] and more["state"] == "succeeded"

@@ -13,7 +13,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 import requests
 
 from devices.agent import cgroups
+from tests.waiting import ceiling, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DAEMON = (
@@ -52,37 +52,34 @@ class RealAgent:
         argv += ["--jobs-as-agent", "--allow-root-jobs"]  # the jobs carry no account: run them as the agent
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+
+        def up() -> bool:
             assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if self.call("GET", "/v1/health").status_code == 200:
-                    return
-            except requests.ConnectionError:
-                time.sleep(0.05)
-        raise AssertionError(self.log.read_text())
+            return self.call("GET", "/v1/health").status_code == 200
+
+        wait_for(up, ignore=(requests.ConnectionError,), message=f"the agent on port {self.port} to answer")
 
     def call(self, method: str, path: str, body: Any = None) -> requests.Response:
         headers = {"Authorization": f"Bearer {self.token}"}
-        return requests.request(method, f"http://127.0.0.1:{self.port}{path}", json=body, headers=headers, timeout=30)
+        return requests.request(
+            method, f"http://127.0.0.1:{self.port}{path}", json=body, headers=headers, timeout=ceiling(120)
+        )
 
     def run(self, job_id: str, command: str, device: int = 0) -> dict[str, Any]:
         resp = self.call("POST", "/v1/jobs", {"job_id": job_id, "command": command, "devices": [device]})
         assert resp.status_code == 201, resp.text
         return resp.json()
 
-    def wait_ended(self, job_id: str, timeout: float = 20) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_ended(self, job_id: str) -> dict[str, Any]:
+        def ended() -> dict[str, Any] | None:
             record = self.call("GET", f"/v1/jobs/{job_id}").json()
-            if record["state"] not in ("running", "stopping"):
-                return record
-            time.sleep(0.1)
-        raise AssertionError(f"job {job_id} never ended: {record}")
+            return record if record["state"] not in ("running", "stopping") else None
+
+        return wait_for(ended, interval=0.1, message=f"job {job_id} to end")
 
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=20)
+        self.proc.wait(timeout=ceiling(60))
 
 
 def marked(mark: str) -> list[int]:
@@ -117,22 +114,18 @@ def _record(base: Path, job_id: str) -> dict[str, Any]:
     return json.loads((base / "state" / "jobs" / f"{job_id}.json").read_text())
 
 
-def _wait_for(condition: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not condition():
-        time.sleep(0.1)
-
-
 def _cancel_setsid_job(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     agent = RealAgent(tmp_path, "--stop-jobs-on-exit", *extra)
     try:
         agent.run("setsid-job", SETSID_JOB)
         mark = _record(tmp_path, "setsid-job")["mark"]
-        _wait_for(lambda: len(_sessions(marked(mark))) >= 3)  # the job's, setsid sleep's, the daemon's
+        wait_for(  # the job's, setsid sleep's, the daemon's
+            lambda: len(_sessions(marked(mark))) >= 3, interval=0.1, message="the job's children to leave its session"
+        )
         before = marked(mark)
         sessions = _sessions(before)
         assert len(sessions) >= 3, f"the job's children did not leave its session: {sessions}"
-        stopped = agent.call("DELETE", "/v1/jobs/setsid-job?wait=30").json()
+        stopped = agent.call("DELETE", "/v1/jobs/setsid-job?wait=60").json()
         assert stopped["state"] == "killed", stopped
         assert marked(mark) == [], f"processes of the job survived its cancel: {marked(mark)}"
         for pid in before:
@@ -193,7 +186,7 @@ def test_exit_reasons_in_words(tmp_path: Path) -> None:
         agent.run("long", "sleep 60", 2)
         assert agent.wait_ended("three")["exit_reason"] == "exit code 3"
         assert agent.wait_ended("nine")["exit_reason"] == "killed by signal SIGKILL"
-        stopped = agent.call("DELETE", "/v1/jobs/long?wait=30&reason=walltime").json()
+        stopped = agent.call("DELETE", "/v1/jobs/long?wait=60&reason=walltime").json()
         assert stopped["exit_reason"] == "walltime exceeded"
         assert stopped["accelerator_memory"] is None  # the simulator prints no process table: not checked
     finally:
@@ -279,5 +272,5 @@ def test_a_bad_memory_limit_is_refused_naming_the_flag(tmp_path: Path) -> None:
     (tmp_path / "token").write_text(secrets.token_urlsafe(24))
     argv = [sys.executable, "-m", "devices.agent", "--backend", "sim", "--listen", "127.0.0.1:0"]
     argv += ["--token-file", str(tmp_path / "token"), "--state-dir", str(tmp_path / "s"), "--job-memory-max", "lots"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=ceiling(60))
     assert done.returncode == 2 and "--job-memory-max" in done.stderr

@@ -23,6 +23,7 @@ from devices.agent.npusmi import (
     parse_npu_smi_info_vnpu,
     split_command_outputs,
 )
+from tests.waiting import ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "npu-smi"
@@ -540,7 +541,7 @@ def run_cli(module: str, *args: str, stdin: str | None = None) -> subprocess.Com
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(60),
         check=False,
     )
 

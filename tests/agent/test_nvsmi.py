@@ -19,6 +19,7 @@ from devices.agent.nvsmi import (
     parse_query_q,
     parse_table,
 )
+from tests.waiting import ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIDIA = ROOT / "tests" / "fixtures" / "npu-smi" / "nvidia"
@@ -183,7 +184,7 @@ def test_cli_parses_every_nvidia_fixture(path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(60),
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -199,7 +200,7 @@ def test_cli_nothing_parsed_exits_1_without_traceback() -> None:
         input="hello\n",
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(60),
         check=False,
     )
     assert done.returncode == 1
