@@ -48,7 +48,7 @@ def test_the_job_says_which_account_its_agent_ran_it_as(cluster, submit, api) ->
 
     tick()
     job = Job.objects.get(pk=job.pk)
-    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"}, timeout=30)
+    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"})
     job = _polled_until(job, lambda j: j.ran_as)
     assert job.ran_as == ME, "what the agent did, not what the portal asked for"
 

@@ -45,7 +45,7 @@ def _ran(budget_cluster: dict[str, Agent], job: Job) -> tuple[Job, str]:
     tick()
     job = Job.objects.get(pk=job.pk)
     node = node_of(job)
-    budget_cluster[node].wait_job(job.agent_job_id, {"succeeded"}, timeout=60)
+    budget_cluster[node].wait_job(job.agent_job_id, {"succeeded"})
     return job, node
 
 

@@ -84,7 +84,7 @@ def test_a_leads_job_says_who_it_ran_as_and_drops_the_queued_message_once_it_run
 
     tick()
     job = Job.objects.get(name="who-am-i")
-    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"}, timeout=30)
+    cluster[node_of(job)].wait_job(job.agent_job_id, {"running"})
     for _ in range(60):
         poll()
         job.refresh_from_db()

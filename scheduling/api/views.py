@@ -374,7 +374,7 @@ class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixi
         query = request.query_params
         try:
             download = output_service.download_output(
-                job, attempt=_whole(query, "attempt", 10**6, least=1), node=query.get("node") or None
+                job, attempt=_whole(query, "attempt", LOG_ATTEMPT), node=query.get("node") or None
             )
         except output_service.OutputError as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc

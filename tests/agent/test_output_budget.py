@@ -41,12 +41,12 @@ def test_the_output_of_the_jobs_that_ended_first_is_removed_first_and_they_say_s
     go = tmp_path / "go"
     agent.launch("a", waiting(go, write(30 * KIB, "a")), [0], team="vision")  # started first, ends second
     agent.launch("b", write(30 * KIB, "b"), [1], team="nlp")
-    agent.wait_state("b", "succeeded", timeout=60)
+    agent.wait_state("b", "succeeded")
     go.touch()
-    agent.wait_state("a", "succeeded", timeout=60)
+    agent.wait_state("a", "succeeded")
 
     agent.launch("c", write(30 * KIB, "c"), [2], team="vision")  # 90 KiB: one ended job's output must go
-    agent.wait_state("c", "succeeded", timeout=60)
+    agent.wait_state("c", "succeeded")
     removed = wait_for(lambda: agent.job("b")["output_removed"], timeout=30)
     assert removed.startswith("this run's output was removed from the node at 20")
     assert "to keep the node's output budget (64 KiB; the output of the jobs that ended first goes first)" in removed
@@ -65,7 +65,7 @@ def test_the_output_of_the_jobs_that_ended_first_is_removed_first_and_they_say_s
     again = agents("--output-budget", "64K", "--output-team-share", "1")
     assert again.job("b")["output_removed"] == removed
     again.launch("d", write(30 * KIB, "d"), [3], team="nlp")
-    again.wait_state("d", "succeeded", timeout=60)
+    again.wait_state("d", "succeeded")
     wait_for(lambda: again.job("a")["output_removed"], timeout=30)
     assert again.job("c")["output_removed"] is None
     assert log(again, "c")["data"].startswith("ccc")
@@ -90,7 +90,7 @@ def test_a_teams_running_jobs_beyond_their_share_stop_writing_and_keep_running(
     assert agent.job("n1")["output_stopped"] is None
     go.touch()
     for job_id in ("v1", "v2", "n1"):
-        assert agent.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"
+        assert agent.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
     assert done.exists()  # the job went on running after its output stopped
     marker = f"[npuportal: output stopped here: {why}; the job keeps running]"
     for job_id, letter in (("v1", "v"), ("v2", "w")):
@@ -110,7 +110,7 @@ def test_running_jobs_that_fill_the_budget_alone_stop_writing(agents: Callable[.
         assert wait_for(lambda job_id=job_id: agent.job(job_id)["output_stopped"], timeout=30) == why
     go.touch()
     for job_id in ("x", "y"):
-        agent.wait_state(job_id, "succeeded", timeout=60)
+        agent.wait_state(job_id, "succeeded")
         assert log(agent, job_id)["data"].endswith(f"[npuportal: output stopped here: {why}; the job keeps running]\n")
 
 
