@@ -31,8 +31,8 @@ from quotas.accounting.statements import CLUSTER, statement_for
 from quotas.models import AuditEvent, ClassMultiplier, Membership, Rate, RateCard, Statement, Team
 from quotas.roles import FINANCE_GROUP
 from quotas.services import active_policy
-from scheduling.api.views import visible_jobs
 from scheduling.engine.policy import zone
+from scheduling.filters import visible_jobs
 from scheduling.services.usage import UsageError, month_of
 
 log = logging.getLogger(__name__)

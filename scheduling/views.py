@@ -25,8 +25,8 @@ from npuportal.confirmation import confirmation_page, confirmed
 from quotas.models import AuditEvent, Membership, Team, posix_account
 from quotas.roles import admin_required, job_user_required, roles_of
 from quotas.services import active_policy
-from scheduling.api.views import visible_jobs
 from scheduling.engine.policy import quota_at, zone
+from scheduling.filters import visible_jobs
 from scheduling.forms import JobSubmitForm
 from scheduling.models import Job
 from scheduling.services import console
@@ -70,16 +70,25 @@ def dashboard_live(request: HttpRequest) -> HttpResponse:
 
 @job_user_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    page = console.job_list_page(request.user, request.GET.get("state"), request.GET.get("cursor"))
-    context = {**page, "states": Job.State.choices, "paged": "cursor" in request.GET}
+    """The job list with its filter form; the filters live in the address (a form left blank is dropped)."""
+    if any(value == "" for _, values in request.GET.lists() for value in values):
+        clean = console.filter_params(request.GET)
+        if cursor := request.GET.get("cursor"):
+            clean["cursor"] = cursor
+        return redirect(f"{request.path}?{clean.urlencode()}" if clean else request.path)
+    page = console.job_list_page(request.user, request.GET)
+    context = {
+        **page,
+        "filter_fields": console.filter_form(page["filters"], request.user),
+        "paged": "cursor" in request.GET,
+    }
     return render(request, "jobs.html", context)
 
 
 @live_region
 def job_list_live(request: HttpRequest) -> HttpResponse:
-    """The rows of the job list for the same filter and page (the page's own query string)."""
-    page = console.job_list_page(request.user, request.GET.get("state"), request.GET.get("cursor"))
-    return render(request, "live/jobs.html", page)
+    """The rows of the job list for the same filters and page (the page's own query string)."""
+    return render(request, "live/jobs.html", console.job_list_page(request.user, request.GET))
 
 
 @login_required

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-import django_filters
-from django import forms
-from django.contrib.auth import get_user_model
 from django.db.models import (
     Aggregate,
     CharField,
@@ -25,7 +21,6 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Substr
 from django.http import StreamingHttpResponse
 from django.utils import timezone
-from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -35,13 +30,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from npuportal import api_filters
 from npuportal.api_errors import Conflict
 from npuportal.api_pagination import KeysetPagination
 from npuportal.api_parsers import FormatSuffixes
 from quotas.api.errors import error_responses
 from quotas.api.serializers import json_safe
-from quotas.models import Team
 from scheduling.api.serializers import (
     COMMAND_HEAD,
     COMMAND_PREVIEW_CHARS,
@@ -56,22 +49,10 @@ from scheduling.api.serializers import (
     job_representation,
     job_summary_representation,
 )
+from scheduling.filters import JOB_ORDERING, JobFilterSet, visible_jobs
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services import jobs as job_service
 from scheduling.services import output as output_service
-
-
-def visible_jobs(user: object) -> QuerySet[Job]:
-    """Admins see all jobs; everyone else only their teams' jobs.
-
-    The user's team ids are read first (one small query) and filtered on as values:
-    the database then walks the (team, …, submitted_at, id) indexes newest first and
-    stops at the page's end, where a join through memberships sorts every row of the teams.
-    """
-    qs = Job.objects.select_related("team", "submitter", "vnpu_template")
-    if getattr(user, "is_staff", False):
-        return qs
-    return qs.filter(team_id__in=job_service.teams_of(user))
 
 
 def list_columns(qs: QuerySet[Job]) -> QuerySet[Job]:
@@ -132,56 +113,7 @@ def _bounded(name: str, bounds: tuple[int, int], description: str) -> OpenApiPar
 class JobPagination(KeysetPagination):
     """Jobs newest first, on the (team, state,) submitted_at, id indexes; no COUNT at any size."""
 
-    ordering = ("-submitted_at", "-id")
-
-
-class UtcDateTimeField(IsoDateTimeField):
-    """An ISO 8601 time, as UTC: any offset Python reads (up to ±23:59) becomes one the database takes."""
-
-    def clean(self, value: object) -> datetime | None:
-        moment = super().clean(value)
-        if moment is None:
-            return None
-        try:
-            return moment.astimezone(UTC)
-        except OverflowError as exc:
-            raise forms.ValidationError("out of range", code="invalid") from exc
-
-
-class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
-    field_class = UtcDateTimeField
-
-
-class JobFilterSet(api_filters.FilterSet):
-    # Each filter is a plain condition on the job row, so the list stays one range scan of an index:
-    # no DISTINCT (nothing here can repeat a row), and names resolved to ids inside the query.
-    state = django_filters.MultipleChoiceFilter(
-        choices=Job.State.choices, help_text="Repeat for several: ?state=pending&state=running", distinct=False
-    )
-    team = django_filters.CharFilter(method="filter_team")
-    user = django_filters.CharFilter(method="filter_user")
-    submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
-    # ``npuctl history`` (like sacct's --starttime/--endtime): jobs that ended in [ended_after, ended_before).
-    ended_after = UtcDateTimeFilter(
-        field_name="ended_at", lookup_expr="gte", help_text="Jobs that ended at or after this time (ISO 8601)"
-    )
-    ended_before = UtcDateTimeFilter(
-        field_name="ended_at", lookup_expr="lt", help_text="Jobs that ended before this time (ISO 8601)"
-    )
-
-    class Meta:
-        model = Job
-        fields = ["state", "priority_class", "team", "user", "chip_model", "array_id"]
-
-    def filter_team(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        """Jobs of the team named ``value``: ``team_id = (SELECT id …)``, which the (team, …) indexes serve."""
-        return queryset.filter(team_id=Subquery(Team.objects.filter(name=value).values("pk")[:1]))
-
-    def filter_user(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        """Jobs submitted by the user named ``value`` (matched by id, without a join)."""
-        users = get_user_model().objects.filter(username=value).values("pk")[:1]
-        return queryset.filter(submitter_id=Subquery(users))
+    ordering = JOB_ORDERING
 
 
 @extend_schema_view(
@@ -203,7 +135,7 @@ class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def get_queryset(self) -> QuerySet[Job]:
         if getattr(self, "swagger_fake_view", False):
             return Job.objects.none()
-        qs = visible_jobs(self.request.user).order_by(*JobPagination.ordering)
+        qs = visible_jobs(self.request.user).order_by(*JOB_ORDERING)
         if self.action == "retrieve":
             events = Prefetch("events", queryset=JobEvent.objects.select_related("other_job__team"))
             qs = qs.select_related("submitter__profile").prefetch_related(

@@ -7,13 +7,16 @@ builds either (pinned in tests/test_live_partials.py).
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
-from django.db.models import QuerySet
+from django import forms
+from django.http import QueryDict
+from django.utils import timezone
 
 from npuportal.api_pagination import InvalidCursor, Keyset
-from scheduling.api.views import JobPagination, visible_jobs
 from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
+from scheduling.filters import JOB_ORDERING, JobFilterSet, visible_jobs
 from scheduling.models import Job
 from scheduling.reason_text import event_name, exit_reason, reason_text
 
@@ -39,24 +42,96 @@ def dashboard_queue(user: object) -> list[tuple[Job, str]]:
     return job_rows(active)
 
 
-def job_list_page(user: object, state: str | None, cursor: str | None) -> dict[str, Any]:
-    """Newest jobs first, a page at a time by cursor: one indexed query, never a COUNT of the table."""
-    qs: QuerySet[Job] = visible_jobs(user).defer("command")
-    if state not in Job.State.values:
-        state = None
-    if state:
-        qs = qs.filter(state=state)
-    keyset = Keyset(JobPagination.ordering)
+def filter_params(query: QueryDict) -> QueryDict:
+    """The query's filters as the job list reads them: without its page position and its empty values.
+
+    The filter form sends every field, most of them left empty; here empty means "any", as a form's
+    blank field does. (The API, asked for an empty date, answers a 400: no script means that.)
+    """
+    params = QueryDict(mutable=True)
+    for key, values in query.lists():
+        given = [value for value in values if value != ""]
+        if key != "cursor" and given:
+            params.setlist(key, given)
+    return params
+
+
+def job_list_page(user: object, query: QueryDict) -> dict[str, Any]:
+    """Newest jobs first, a page at a time by cursor: one indexed query, never a COUNT of the table.
+
+    ``query`` is the page's query string: the filters of :class:`~scheduling.filters.JobFilterSet` (the
+    API's own, so both lists answer a query string with the same jobs) and ``cursor``. A filter whose
+    value cannot be read is left out, and the page says which and why above the list; the rest apply.
+    """
+    params = filter_params(query)
+    filters = JobFilterSet(params, queryset=visible_jobs(user).defer("command"))
+    keyset = Keyset(JOB_ORDERING)
     try:
-        page = keyset.page(qs, limit=JOB_LIST_PAGE, cursor=cursor or None)
+        page = keyset.page(filters.qs, limit=JOB_LIST_PAGE, cursor=query.get("cursor") or None)
     except InvalidCursor:
-        page = keyset.page(qs, limit=JOB_LIST_PAGE)  # a stale or edited link: start from the newest
+        page = keyset.page(filters.qs, limit=JOB_LIST_PAGE)  # a stale or edited link: start from the newest
     return {
         "rows": job_rows(page.rows),
-        "state": state,
+        "filters": filters,
+        "query": params.urlencode(),
         "older": page.next_cursor,
         "newer": page.previous_cursor,
     }
+
+
+#: The filters the console's form always shows, in this order. The others (``array_id``, ``ended_*``,
+#: and ``team`` for a member of one team) show only when the address sets them, so none applies unseen.
+FORM_FILTERS = ("name", "state", "team", "user", "priority_class", "chip_model", "submitted_after", "submitted_before")
+
+
+def filter_form(filters: JobFilterSet, user: object) -> list[forms.BoundField]:
+    """The fields of the filter set's own form to show on ``/jobs/``, with widgets for people.
+
+    States are ticked boxes, the submission dates pick a day, and team, priority class and chip
+    model choose from what exists: every team for an admin, a member's own teams (shown when they
+    have several), the policy's classes, the inventory's chips. A value the address carries that
+    is not among them stays a choice, so the form always shows what filters the list.
+    """
+    from devices.models import Device
+    from quotas.models import Team
+    from quotas.services import active_policy
+
+    form = filters.form
+    fields = form.fields
+    given = filters.data
+
+    def choose(name: str, options: list[str]) -> None:
+        value = given.get(name, "")
+        known = sorted(set(options) | ({value} if value else set()))
+        fields[name].widget = forms.Select(choices=[("", "any"), *((o, o) for o in known)])
+
+    fields["state"].widget = forms.CheckboxSelectMultiple(choices=fields["state"].choices)
+    fields["name"].widget = forms.TextInput(attrs={"placeholder": "part of the name", "size": 16})
+    fields["user"].widget = forms.TextInput(attrs={"placeholder": "user name", "size": 10})
+    admin = getattr(user, "is_staff", False)
+    team_rows = Team.objects.all() if admin else Team.objects.filter(memberships__user=user)
+    teams = list(team_rows.order_by("name").values_list("name", flat=True))
+    choose("team", teams)
+    choose("priority_class", [c.name for c in active_policy().policy.priority_classes])
+    chips = Device.objects.filter(node__removed_at__isnull=True).order_by().values_list("chip_model", flat=True)
+    choose("chip_model", list(chips.distinct()))
+    zone = timezone.get_current_timezone_name()  # the policy's: console pages render in it
+    for name in ("submitted_after", "submitted_before"):
+        value = given.get(name, "")
+        if not value or _is_date(value):
+            day = {"type": "date", "title": f"a day on the policy's clock ({zone})"}
+            fields[name].widget = forms.DateInput(attrs=day)
+    shown = [name for name in FORM_FILTERS if name != "team" or admin or len(teams) > 1]
+    shown += [name for name in fields if name not in shown and given.get(name)]
+    return [form[name] for name in shown]
+
+
+def _is_date(value: str) -> bool:
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return False
+    return len(value) == 10
 
 
 def job_live(job: Job, user: object) -> dict[str, Any]:
