@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
+from npuportal.api_me import MeView
 from npuportal.api_parsers import FormatSuffixes
 from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
@@ -40,4 +42,4 @@ router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
 # Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
-urlpatterns = router.urls
+urlpatterns = [path("me/", MeView.as_view(), name="me"), *router.urls]

@@ -14,6 +14,7 @@ from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.reason_text import event_name, exit_reason, reason_text
 from scheduling.services.jobs import MAX_DURATION_S
+from scheduling.services.runs import job_runs
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -272,9 +273,30 @@ class JobSummarySerializer(JobSerializer):
         return job_summary_representation(instance)
 
 
+class JobRunSerializer(serializers.Serializer):
+    """One run of a job (``scheduling.services.runs``): a requeued one ended ``node_fail`` or ``preempted``."""
+
+    attempt = serializers.IntegerField(help_text="1 for the first start (the log's ?attempt=)")
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="null while it runs")
+    state = serializers.CharField(
+        help_text="running; the job's final state for the run that ended it; node_fail or preempted for a run "
+        "the system ended and requeued"
+    )
+    reason = serializers.CharField(help_text="The code of the event that ended it ('' while it runs)")
+    detail = serializers.CharField(help_text="That event's detail")
+    exit_code = serializers.IntegerField(allow_null=True, help_text="The job's exit code, on the run that ended it")
+    exit_reason = serializers.CharField(allow_null=True, help_text="How the run ended, in words")
+    nodes = serializers.ListField(child=serializers.CharField())
+
+
 class JobDetailSerializer(JobSerializer):
     allocations = AllocationSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
+    runs = serializers.SerializerMethodField(
+        help_text="Every start of the job and how it ended, like sacct --duplicates: a run its node's failure or "
+        "a preemption ended, requeued, says node_fail or preempted"
+    )
     env = serializers.DictField(
         child=serializers.CharField(), read_only=True, help_text="Variables the submitter asked for"
     )
@@ -298,11 +320,33 @@ class JobDetailSerializer(JobSerializer):
             "ran_as",
             "allocations",
             "events",
+            "runs",
         ]
         read_only_fields = fields
 
     def get_posix_user(self, obj: Job) -> str:
         return posix_account(obj.submitter)
+
+    @extend_schema_field(JobRunSerializer(many=True))
+    def get_runs(self, obj: Job) -> list[dict[str, Any]]:
+        viewer = self.context.get("viewer")
+        if viewer is None:
+            request = self.context.get("request")
+            viewer = self.context["viewer"] = Viewer.of(getattr(request, "user", None))
+        return [
+            {
+                "attempt": run.attempt,
+                "started_at": api_time(run.started_at),
+                "ended_at": api_time(run.ended_at),
+                "state": run.state,
+                "reason": run.reason,
+                "detail": event_detail(run.end_event, viewer) if run.end_event is not None else "",
+                "exit_code": run.exit_code,
+                "exit_reason": run.exit_reason,
+                "nodes": list(run.nodes),
+            }
+            for run in job_runs(obj)
+        ]
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         # One job at a time: DRF's field-by-field rendering, nested allocations and events included.

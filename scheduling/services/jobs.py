@@ -37,6 +37,24 @@ MAX_DURATION_S = 366 * 86400
 #: Launch failures or lost jobs tolerated before a job is failed for good.
 RETRY_BUDGET = 3
 
+#: The state a run's end gives its job, by the end's event reason, when it is not a success or a
+#: plain failure: Slurm's TIMEOUT and OUT_OF_MEMORY. Any other reason but ``Completed`` fails it.
+END_STATES = {
+    "Walltime": Job.State.TIMEOUT,
+    "OutOfMemory": Job.State.OUT_OF_MEMORY,
+}
+#: What a run the portal took off its nodes and queued again ended as, by the requeue's reason:
+#: the run's own outcome (``scheduling.services.runs``); the job itself is ``pending`` again. When
+#: the retry budget is used up, ``node_fail`` ends the job (Slurm's NODE_FAIL without requeue).
+REQUEUE_OUTCOMES = {
+    "Preempted": Job.State.PREEMPTED,
+    "NodeFail": Job.State.NODE_FAIL,
+    "NodeUnreachable": Job.State.NODE_FAIL,
+    "LostOnAgent": Job.State.NODE_FAIL,
+    "DeviceFailed": Job.State.NODE_FAIL,
+    "LaunchFailed": Job.State.NODE_FAIL,
+}
+
 
 class SubmissionError(ValueError):
     """Bad input for a job; ``field`` names the offending field for the API's error body."""
@@ -570,7 +588,9 @@ def finish_job(
 
     Exit code 0 completes the job; anything else (a non-zero status, a negative
     one for a signal, none at all) fails it. ``reason`` overrides the event's
-    reason (``Walltime``, ``Killed``); any reason but ``Completed`` fails the job.
+    reason (``Walltime``, ``Killed``): ``Walltime`` ends the job ``timeout``,
+    ``OutOfMemory`` ``out_of_memory`` (:data:`END_STATES`), any other reason but
+    ``Completed`` fails it.
 
     The event is recorded now, after whatever the portal did while the end was on
     its way (a preemption scheduled, say), so the timeline keeps that order; the
@@ -581,7 +601,10 @@ def finish_job(
     if job is None or job.state != Job.State.RUNNING:
         return job
     reason = reason or ("Completed" if exit_code == 0 else "NonZeroExit")
-    state = Job.State.COMPLETED if exit_code == 0 and reason == "Completed" else Job.State.FAILED
+    if exit_code == 0 and reason == "Completed":
+        state = Job.State.COMPLETED
+    else:
+        state = END_STATES.get(reason, Job.State.FAILED)
     now = min(ended_at or timezone.now(), timezone.now())
     _end(
         job,
@@ -627,7 +650,8 @@ def requeue_job(
 
     Usage is charged only up to ``at`` (the failure time; default now, never
     before the job started): the allocations close there. A job that has used
-    up its retry budget fails instead, so a broken job cannot loop forever.
+    up its retry budget ends instead, so a broken job cannot loop forever: as
+    ``node_fail`` for a node's fault (:data:`REQUEUE_OUTCOMES`), else ``failed``.
     ``reported_at`` is the time an agent gave for the failure, kept on the event.
     """
     job = Job.objects.select_for_update().filter(pk=job_id).first()
@@ -640,7 +664,7 @@ def requeue_job(
     if count_retry and job.retries >= RETRY_BUDGET:
         _end(
             job,
-            Job.State.FAILED,
+            Job.State.NODE_FAIL if REQUEUE_OUTCOMES.get(reason) == Job.State.NODE_FAIL else Job.State.FAILED,
             at,
             reason=reason,
             detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up",
