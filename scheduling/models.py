@@ -85,6 +85,14 @@ class Job(models.Model):
     )
     array_id = models.CharField(max_length=40, blank=True)
     array_index = models.PositiveIntegerField(null=True, blank=True)
+    array_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many copies of its array run at once (Slurm's --array=...%N)"
+    )
+    depends_on = models.TextField(
+        blank=True,
+        help_text="Jobs it waits for, as Slurm's --dependency: 'afterok:12:A14,afterany:15' "
+        "(scheduling.services.dependencies)",
+    )
     env = models.JSONField(
         default=dict, blank=True, help_text="Variables the submitter asked for (docs/agent.md#environment)"
     )

@@ -46,6 +46,7 @@ EVENT_NAMES = {
     "NodeUnreachable": "Node stopped answering",
     "DeviceFailed": "Device failed",
     "NodeFail": "Stopped by its node",
+    reasons.DEPENDENCY_NEVER_SATISFIED: "Dependency never satisfied",
     reasons.NEVER_RUNNABLE: "Can never run",
 }
 
@@ -79,6 +80,8 @@ def exit_reason(state: str, exit_code: int | None, end_reason: str | None = None
     caller has it (the job page does; the API's job rows, kept query-free, go by state and exit code).
     A run that was requeued is worded the same way by its own outcome (``node_fail``, ``preempted``).
     """
+    if state == "cancelled" and end_reason == reasons.DEPENDENCY_NEVER_SATISFIED:
+        return "cancelled: dependency never satisfied"
     if state in _STATE_WORDS:
         return _STATE_WORDS[state]
     if state == "node_fail":

@@ -106,8 +106,17 @@ class JobSerializer(serializers.ModelSerializer):
             "retries",
             "array_id",
             "array_index",
+            "array_limit",
+            "depends_on",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "array_limit": {"help_text": "At most this many copies of its array run at once (the %N of array)"},
+            "depends_on": {
+                "help_text": "Jobs it waits for, as stored: 'afterok:12:A14,afterany:15' (A14: every copy of "
+                "array A14); '' for none"
+            },
+        }
 
     def get_exit_reason(self, obj: Job) -> str | None:
         return exit_reason(str(obj.state), obj.exit_code)
@@ -233,6 +242,8 @@ def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
         "retries": job.retries,
         "array_id": job.array_id,
         "array_index": job.array_index,
+        "array_limit": job.array_limit,
+        "depends_on": job.depends_on,
     }
 
 
@@ -365,6 +376,58 @@ class EnvField(serializers.Field):
         return value
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1},
+            {"type": "string", "pattern": r"^\s*\d[\d,:\- ]*(%\d+)?\s*$", "example": "0-15%4"},
+        ]
+    }
+)
+class ArrayField(serializers.Field):
+    """``array``: a count, or Slurm's index list; read whole by ``scheduling.services.arrays`` (one 400 naming it)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "example": "afterok:12:13,afterany:14"},
+            {
+                "type": "array",
+                "items": {
+                    "oneOf": [
+                        {"type": "integer", "minimum": 1},
+                        {"type": "string", "example": "afternotok:12"},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "type": {"type": "string", "enum": ["afterok", "afterany", "afternotok"]},
+                                "job": {"oneOf": [{"type": "integer"}, {"type": "string", "example": "A14"}]},
+                            },
+                            "required": ["job"],
+                        },
+                    ]
+                },
+            },
+        ]
+    }
+)
+class DependsOnField(serializers.Field):
+    """``depends_on``: read whole by ``scheduling.services.dependencies`` (one 400 naming it)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class JobSubmitSerializer(fields.InputSerializer):
     """What a submission may carry; the service checks it against cluster and quota."""
 
@@ -402,11 +465,23 @@ class JobSubmitSerializer(fields.InputSerializer):
         trim_whitespace=False,
         help_text="Absolute path of a file on its nodes the output is also appended to, like --output",
     )
-    array = fields.IntegerField(
+    array = ArrayField(
+        required=False,
+        help_text="A job array: N copies (indices 0 to N-1), or Slurm's index list: '0-15', '1,3,5', '0-15:4', "
+        "with '%4' at the end for at most 4 copies running at once ('0-15%4'); at most NPUPORTAL_MAX_ARRAY copies "
+        "(default 1000) and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
+    )
+    array_limit = fields.IntegerField(
         min_value=1,
         required=False,
-        help_text="Submit this many copies, like Slurm's --array=0-(N-1); at most NPUPORTAL_MAX_ARRAY (default 1000)"
-        " and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
+        allow_null=True,
+        help_text="At most this many copies of the array run at once (the same as '%N' in array)",
+    )
+    depends_on = DependsOnField(
+        required=False,
+        help_text="Jobs this one waits for, as Slurm's --dependency: 'afterok:12:13,afterany:14,afternotok:15' "
+        "(all must hold); a job id, an array (A12, or the id of its first job: every copy) or one copy (12_3). "
+        "Or a list of job ids (afterok), such strings, or {type, job} objects. Only your teams' jobs",
     )
 
 
