@@ -76,6 +76,11 @@ def _positive(text: str) -> int:
     return value
 
 
+def _array(text: str) -> int | str:
+    """``--array``: a count (sent as a number), or Slurm's index list, which the server reads."""
+    return _positive(text) if text.strip().isdigit() else text.strip()
+
+
 def _tail_lines(text: str) -> int:
     if not text.isdigit() or int(text) > MAX_TAIL_LINES:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from 0 to {MAX_TAIL_LINES}")
@@ -174,6 +179,7 @@ def cmd_submit(api: Client, args: argparse.Namespace) -> int:
         ("max_duration_s", args.max_time),
         ("checkpoint_interval_s", args.checkpoint_interval),
         ("array", args.array),
+        ("depends_on", args.dependency),
         ("cwd", args.chdir),
         ("output", args.output),
     ):
@@ -432,7 +438,10 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
             )
         )
     if job.get("array_id"):
-        fields.append(("array", f"{job['array_id']}[{job['array_index']}]"))
+        limit = f", at most {job['array_limit']} at once" if job.get("array_limit") else ""
+        fields.append(("array", f"{job['array_id']}[{job['array_index']}]{limit}"))
+    if job.get("depends_on"):
+        fields.append(("depends on", job["depends_on"]))
     if job.get("ran_as") or job.get("posix_user"):
         fields.append(("runs as", runs_as(job)))
     if job.get("cwd"):
@@ -831,7 +840,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the job saves its state this often, e.g. 30m: preempted, it loses only the work since the last save",
     )
     p.add_argument("--team", help="team (needed when you are in several)")
-    p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
+    p.add_argument(
+        "--array",
+        "-a",
+        type=_array,
+        metavar="N|INDICES",
+        help="a job array: N copies indexed 0..N-1, or Slurm's indices: 0-15, 1,3,5, 0-15%%4 (at most 4 at once)",
+    )
+    p.add_argument(
+        "--dependency",
+        "-d",
+        metavar="TYPE:JOB[:JOB...]",
+        help="wait for other jobs, as Slurm's: afterok:12, afterany:12:13, afternotok:A14 (an array), comma-joined",
+    )
     p.add_argument(
         "--env",
         action="append",
