@@ -1,4 +1,4 @@
-"""A job's runs and how each ended (``scheduling.services.runs``): the API's ``runs``, the job page, ``npuctl history -j``.
+"""A job's runs and how each ended (``scheduling.services.runs``): the API's ``runs`` and the job page.
 
 A run the system ended is requeued; that run says ``node_fail`` or ``preempted`` while the job goes on,
 as ``sacct --duplicates`` shows a requeued job's earlier attempts.
