@@ -432,7 +432,7 @@ def signal_name(number: int) -> str:
 
 def exit_reason(job: Job) -> str:
     """Why the job ended, in words: ``exit code 3``, ``killed by signal SIGKILL``, ``out of memory``,
-    ``walltime exceeded``, ``preempted``, ``cancelled``, ``node lost``.
+    ``time limit reached``, ``preempted``, ``cancelled``, ``node lost``.
     """
     code = job.exit_code
     if job.oom_kills:
@@ -440,7 +440,7 @@ def exit_reason(job: Job) -> str:
     why = (job.stop_reason or "").lower()
     if job.stop_reason is not None:
         if "walltime" in why:
-            return "walltime exceeded"
+            return "time limit reached"
         if "preempt" in why:
             return "preempted"
         if "cancel" in why:
