@@ -64,6 +64,10 @@ def test_afterok_waits_with_dependency_then_runs(people, api) -> None:
     assert "depends on" in waiting["pending_reason_text"]
     assert waiting["estimated_start"] is None, "no estimate for a job that may not start yet"
 
+    explained = api(people["member"]).get(f"/api/v1/jobs/{second['id']}/explain/").json()
+    assert (explained["decision"], explained["reason"]) == ("wait", "Dependency"), "explain holds it as the tick"
+    assert explained["detail"] == waiting["pending_detail"] and explained["estimated_start"] is None
+
     finish_job(first["id"], exit_code=0, ended_at=timezone.now())
     assert second["id"] in run_tick().started, "its dependency is met: it runs"
 

@@ -211,10 +211,7 @@ def decide(snapshot: Snapshot) -> Decisions:
     if enabled:
         gc.disable()
     try:
-        held, cancelled = _held(snapshot)  # step 0
-        if held or cancelled:
-            left = [job for job in snapshot.pending if job.id not in held and job.id not in cancelled]
-            snapshot = replace(snapshot, pending=left)
+        snapshot, held, cancelled = eligible(snapshot)  # step 0
         decisions = Tick(snapshot).run()
         mark_never_runnable(snapshot, decisions)  # step 5: a wait that can never end says so
         decisions.waiting.update(held)
@@ -225,16 +222,23 @@ def decide(snapshot: Snapshot) -> Decisions:
             gc.enable()
 
 
-def _held(snapshot: Snapshot) -> tuple[dict[int, Wait], dict[int, str]]:
-    """Step 0: the waits of jobs that are not eligible, and the jobs to cancel (see the module's docstring)."""
+def eligible(snapshot: Snapshot) -> tuple[Snapshot, dict[int, Wait], dict[int, str]]:
+    """Step 0 (see the module's docstring): ``(snapshot of the eligible jobs, waits of the held ones, jobs to cancel)``.
+
+    ``decide`` and ``explain`` both start here, so a held job is held in both. The snapshot is
+    the one given when no job is held.
+    """
     held: dict[int, Wait] = {}
     cancelled: dict[int, str] = {}
     if snapshot.dependencies:
         held, cancelled = dependency.hold(snapshot.pending, snapshot.dependencies)
     if snapshot.array_limits:
-        eligible = (job for job in snapshot.pending if job.id not in held and job.id not in cancelled)
-        held.update(array_throttle.hold(eligible, snapshot.running, snapshot.array_limits))
-    return held, cancelled
+        left = (job for job in snapshot.pending if job.id not in held and job.id not in cancelled)
+        held.update(array_throttle.hold(left, snapshot.running, snapshot.array_limits))
+    if not held and not cancelled:
+        return snapshot, held, cancelled
+    pending = [job for job in snapshot.pending if job.id not in held and job.id not in cancelled]
+    return replace(snapshot, pending=pending), held, cancelled
 
 
 class Tick:
