@@ -38,8 +38,9 @@ from scheduling.models import Job
 
 #: Dependency types, Slurm's names; what each waits for, in words.
 KINDS = {"afterok": "complete", "afterany": "end", "afternotok": "end without completing"}
-#: Jobs and arrays one job may depend on.
+#: Jobs and arrays one job may depend on, and the characters of their stored form (a list row stays bounded).
 MAX_REFERENCES = 100
+MAX_CHARS = 1024
 _REF = re.compile(r"(?P<array>A)?(?P<id>\d{1,18})(?:_(?P<index>\d{1,9}))?")
 
 
@@ -148,7 +149,10 @@ def resolve(value: object, user: AbstractBaseUser) -> str:
                 raise DependencyError(f"job {token}: no such job in your teams")
             # Slurm's array job id is its first job's id: the whole array.
             refs.append(Ref(kind, array=f"A{pk}") if jobs[pk] == f"A{pk}" else Ref(kind, job=pk))
-    return text_of(refs)
+    text = text_of(refs)
+    if len(text) > MAX_CHARS:
+        raise DependencyError(f"is {len(text):,} characters once resolved; at most {MAX_CHARS:,}")
+    return text
 
 
 def text_of(refs: Iterable[Ref]) -> str:
