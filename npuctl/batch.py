@@ -31,13 +31,6 @@ from typing import Any
 
 from npuctl.durations import parse_duration
 
-#: Request fields a directive may set that the API does not take yet. A directive setting one is
-#: named as not honoured; once the API takes the field, deleting its line here sends it.
-NOT_YET_ACCEPTED: dict[str, str] = {
-    "depends_on": "the portal does not take dependencies yet",
-    "array_limit": "the portal does not limit how many copies of an array run at once yet",
-}
-
 #: The here-document's end marker; a script holding this line gets a numbered one.
 _END = "NPUPORTAL_SCRIPT"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -54,8 +47,6 @@ class Batch:
     command: str
     #: API submit fields the directives set (``num_devices``, ``max_duration_s``, ``env``, ...).
     fields: dict[str, Any] = field(default_factory=dict)
-    #: Fields read from directives that the API does not take yet (:data:`NOT_YET_ACCEPTED`).
-    pending: dict[str, Any] = field(default_factory=dict)
     #: Each directive not honoured, with why: ``--partition=debug (line 3: no partitions here)``.
     not_honoured: list[str] = field(default_factory=list)
     #: ``estimated_duration_s`` came from sbatch's ``--time`` (a limit): it follows a lower limit given later.
@@ -129,9 +120,6 @@ class _Reading:
 
     line: int = 0
     fields: dict[str, Any] = field(default_factory=dict)
-    pending: dict[str, Any] = field(default_factory=dict)
-    #: Each pending field's directive as written, to name it when it is not honoured.
-    pending_written: dict[str, str] = field(default_factory=dict)
     not_honoured: list[str] = field(default_factory=list)
     environ: Mapping[str, str] | None = None
     per_node: int | None = None
@@ -236,23 +224,15 @@ def _chdir(reading: _Reading, option: str, value: str) -> None:
     reading.fields["cwd"] = value
 
 
-_ARRAY = re.compile(r"(?P<low>\d+)-(?P<high>\d+)(?:%(?P<limit>\d+))?")
+_ARRAY = re.compile(r"\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?")
+_DEPENDENCY_KINDS = frozenset({"afterok", "afterany", "afternotok"})
 
 
 def _sbatch_array(reading: _Reading, option: str, value: str) -> None:
-    match = _ARRAY.fullmatch(value)
-    if match is None:
-        reading.skip(option, "only a range like 0-15 or 0-15%4 is taken")
-        return
-    low, high = int(match["low"]), int(match["high"])
-    if high < low:
-        raise reading.fail(option, f"{value!r}: the range ends before it starts")
-    reading.fields["array"] = high - low + 1
-    if low:
-        reading.skip(option, f"its {high - low + 1} copies are indexed 0-{high - low}")
-    if match["limit"]:
-        reading.pending["array_limit"] = _count(reading, option, match["limit"])
-        reading.pending_written["array_limit"] = f"{option} (line {reading.line}"
+    """Slurm's index list as it is (``0-15``, ``1,3,5``, ``0-15:4``, ``%4`` at the end): the API reads it."""
+    if _ARRAY.fullmatch(value) is None:
+        raise reading.fail(option, f"{value!r} is not an index list like 0-15, 1,3,5, 0-15:4 or 0-15%4")
+    reading.fields["array"] = value
 
 
 def _sbatch_export(reading: _Reading, option: str, value: str) -> None:
@@ -276,16 +256,13 @@ def _sbatch_export(reading: _Reading, option: str, value: str) -> None:
 
 
 def _sbatch_dependency(reading: _Reading, option: str, value: str) -> None:
-    ids: list[int] = []
+    """``afterok``/``afterany``/``afternotok`` lists, sent as written (the API checks the job ids)."""
     for part in value.split(","):
         kind, _, rest = part.partition(":")
-        if kind != "afterok" or not rest:
-            reading.skip(option, "only afterok:ID[:ID] is taken")
+        if kind not in _DEPENDENCY_KINDS or not rest:
+            reading.skip(option, "only afterok, afterany and afternotok:ID[:ID] are taken")
             return
-        for job in rest.split(":"):
-            ids.append(_count(reading, option, job))
-    reading.pending["depends_on"] = ids
-    reading.pending_written["depends_on"] = f"{option} (line {reading.line}"
+    reading.fields["depends_on"] = value
 
 
 def _setter(name: str) -> Callable[[_Reading, str, str], None]:
@@ -347,7 +324,11 @@ def _npu_duration(name: str) -> Callable[[_Reading, str, str], None]:
 
 
 def _npu_array(reading: _Reading, option: str, value: str) -> None:
-    reading.fields["array"] = _count(reading, option, value)
+    """``--array`` as ``npuctl submit`` takes it: a count, or Slurm's index list."""
+    if value.isdigit():
+        reading.fields["array"] = _count(reading, option, value)
+    else:
+        _sbatch_array(reading, option, value)
 
 
 def _npu_env(reading: _Reading, option: str, value: str) -> None:
@@ -492,17 +473,11 @@ def _finish(reading: _Reading, command: str, name: str) -> Batch:
             reading.not_honoured.append(
                 f"--error={reading.error_file} (errors go with the output, into --output and the job's log)"
             )
-    for key in list(reading.pending):
-        if key not in NOT_YET_ACCEPTED:  # the API takes it now
-            fields[key] = reading.pending.pop(key)
-    for key in reading.pending:
-        reading.not_honoured.append(f"{reading.pending_written[key]}: {NOT_YET_ACCEPTED[key]})")
     if "name" not in fields and name:
         fields["name"] = os.path.basename(name)[:200]
     return Batch(
         command=command,
         fields=fields,
-        pending=reading.pending,
         not_honoured=reading.not_honoured,
         estimate_is_limit=reading.estimate_is_limit,
     )

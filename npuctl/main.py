@@ -43,9 +43,9 @@ INTERRUPTED, BROKEN_PIPE = 130, 141
 #: The longest ``--timeout`` taken: a socket cannot wait for ever (``inf`` overflows the OS's clock).
 MAX_TIMEOUT_S = 86400.0
 ACTIVE_STATES = ["pending", "running"]
-STATES = ["pending", "running", "completed", "failed", "cancelled", "preempted"]
-#: The states a job ends in (``npuctl history``), as the portal's Job.FINAL_STATES.
-ENDED_STATES = ["completed", "failed", "cancelled", "preempted"]
+#: The states a job ends in (``npuctl history``), as the portal's Job.FINAL_STATES (Slurm's, in lower case).
+ENDED_STATES = ["completed", "failed", "timeout", "out_of_memory", "node_fail", "cancelled", "preempted"]
+STATES = [*ACTIVE_STATES, *ENDED_STATES]
 #: ``npuctl history`` without ``--since``: the last day.
 HISTORY_DEFAULT_SINCE = "1d"
 _VERSION_REF = re.compile(r"^(v?\d+|active)$")
@@ -78,6 +78,11 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
+
+
+def _array(text: str) -> int | str:
+    """``--array``: a count (sent as a number), or Slurm's index list, which the server reads."""
+    return _positive(text) if text.strip().isdigit() else text.strip()
 
 
 def _tail_lines(text: str) -> int:
@@ -200,6 +205,7 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
             ("max_duration_s", args.max_time),
             ("checkpoint_interval_s", args.checkpoint_interval),
             ("array", args.array),
+            ("depends_on", args.dependency),
             ("cwd", args.chdir),
             ("output", args.output),
         )
@@ -280,9 +286,18 @@ def _preempted(job: dict[str, Any], clock: Clock) -> str:
     return f"preempted, stops {clock.when(deadline)}" if job["state"] == "running" and deadline else ""
 
 
+def _user(api: Client, args: argparse.Namespace) -> str | None:
+    """``--user NAME``, or with ``--me`` the name the token is signed in as (``squeue --me``)."""
+    if args.me:
+        if args.user:
+            raise _UsageError("give --user or --me, not both")
+        return str(api.get("me/")["username"])
+    return args.user
+
+
 def cmd_queue(api: Client, args: argparse.Namespace) -> int:
     states = _states(args.state, STATES, ACTIVE_STATES, extra=["all"])
-    params: dict[str, Any] = {"state": None if "all" in states else states, "team": args.team, "user": args.user}
+    params: dict[str, Any] = {"state": None if "all" in states else states, "team": args.team, "user": _user(api, args)}
     jobs = api.get_all("jobs/", limit=1000, **params)
     if api.truncated:  # a queue this long is read in part; say so rather than look complete
         _err(f"showing the first {len(jobs)} jobs only; narrow the list with --state, --team or --user")
@@ -337,6 +352,8 @@ def _utc(moment: datetime) -> str:
 
 def cmd_history(api: Client, args: argparse.Namespace) -> int:
     """Ended jobs, like sacct: what ran, how long, how it ended, what it used."""
+    if args.job is not None:
+        return _job_runs(api, args)
     states = _states(args.state, ENDED_STATES, ENDED_STATES)
     clock: Clock = args.clock
     # Without --since: the day before --until (or before now), so `--until 3d` alone still shows a day.
@@ -355,7 +372,7 @@ def cmd_history(api: Client, args: argparse.Namespace) -> int:
     params: dict[str, Any] = {
         "state": states,
         "team": args.team,
-        "user": args.user,
+        "user": _user(api, args),
         "ended_after": _utc(since),
         # The API's bound is exclusive; a whole second later keeps a job ending at --until itself.
         "ended_before": _utc(until + timedelta(seconds=1)) if until is not None else None,
@@ -382,6 +399,57 @@ def cmd_history(api: Client, args: argparse.Namespace) -> int:
     ]
     headers = ("JOBID", "NAME", "TEAM", "STATE", "ELAPSED", "EXIT", "DEV_HOURS", "END")
     _out(table(headers, rows, right=("JOBID", "ELAPSED", "EXIT", "DEV_HOURS")))
+    return OK
+
+
+def _job_runs(api: Client, args: argparse.Namespace) -> int:
+    """``history -j ID``: one job, a line per run, as ``sacct -j ID --duplicates``: a requeued run says
+    how the system ended it (``node_fail``, ``preempted``), the last how the job ended."""
+    if args.state or args.since or args.until or args.team or args.user or args.me:
+        raise _UsageError("-j/--job shows one job's runs; it takes no --state, --since, --until, --team or --user")
+    try:
+        job = api.get(f"jobs/{args.job}/")
+    except Refused as exc:
+        if exc.status == 404:
+            raise _Refusal(f"job {args.job}: not found (or not your team's)") from exc
+        raise
+    if args.json:
+        _json(job.get("runs", []))
+        return OK
+    rows = [
+        (
+            job["id"],
+            run["attempt"],
+            job["name"][:24],
+            run["state"],
+            elapsed(run),
+            run["exit_code"],
+            compress(run.get("nodes") or []),
+            when(run["started_at"]),
+            when(run["ended_at"]),
+            run.get("exit_reason") or "",
+        )
+        for run in job.get("runs", [])
+    ]
+    if not rows:
+        rows = [(job["id"], "", job["name"][:24], job["state"], "", None, "", "", when(job["ended_at"]), "")]
+    headers = ("JOBID", "RUN", "NAME", "STATE", "ELAPSED", "EXIT", "NODELIST", "START", "END", "HOW")
+    _out(table(headers, rows, right=("JOBID", "RUN", "ELAPSED", "EXIT")))
+    return OK
+
+
+def cmd_resubmit(api: Client, args: argparse.Namespace) -> int:
+    """A new job with the same spec as an earlier one, queued now (the API's ``{id}/resubmit/``)."""
+    try:
+        copy = api.post(f"jobs/{args.job}/resubmit/")
+    except Refused as exc:
+        if exc.status == 404:
+            raise _Refusal(f"job {args.job}: not found (or not your team's)") from exc
+        raise
+    if args.json:
+        _json(copy)
+        return OK
+    _out(f"submitted job {copy['id']} ({copy['state']}), a copy of job {args.job}")
     return OK
 
 
@@ -463,7 +531,10 @@ def cmd_show(api: Client, args: argparse.Namespace) -> int:
             )
         )
     if job.get("array_id"):
-        fields.append(("array", f"{job['array_id']}[{job['array_index']}]"))
+        limit = f", at most {job['array_limit']} at once" if job.get("array_limit") else ""
+        fields.append(("array", f"{job['array_id']}[{job['array_index']}]{limit}"))
+    if job.get("depends_on"):
+        fields.append(("depends on", job["depends_on"]))
     if job.get("ran_as") or job.get("posix_user"):
         fields.append(("runs as", runs_as(job)))
     if job.get("cwd"):
@@ -886,7 +957,19 @@ def _submit_options(p: argparse.ArgumentParser) -> None:
         help="the job saves its state this often, e.g. 30m: preempted, it loses only the work since the last save",
     )
     p.add_argument("--team", help="team (needed when you are in several)")
-    p.add_argument("--array", type=_positive, metavar="N", help="submit N copies, indexed 0..N-1")
+    p.add_argument(
+        "--array",
+        "-a",
+        type=_array,
+        metavar="N|INDICES",
+        help="a job array: N copies indexed 0..N-1, or Slurm's indices: 0-15, 1,3,5, 0-15%%4 (at most 4 at once)",
+    )
+    p.add_argument(
+        "--dependency",
+        "-d",
+        metavar="TYPE:JOB[:JOB...]",
+        help="wait for other jobs, as Slurm's: afterok:12, afterany:12:13, afternotok:A14 (an array), comma-joined",
+    )
     p.add_argument(
         "--env",
         action="append",
@@ -951,7 +1034,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("queue", cmd_queue, "pending and running jobs, like squeue")
     p.add_argument("--state", action="append", metavar="STATE", help="state(s), comma-separated or repeated; 'all'")
     p.add_argument("--team")
-    p.add_argument("--user")
+    p.add_argument("--user", "-u", metavar="USER", help="jobs this user submitted")
+    p.add_argument("--me", action="store_true", help="your own jobs (the token's user)")
 
     p = command("history", cmd_history, "ended jobs: elapsed time, state, exit code, device-hours; like sacct")
     p.add_argument(
@@ -966,10 +1050,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--state", action="append", metavar="STATE", help=f"{', '.join(ENDED_STATES)}; comma-separated or repeated"
     )
     p.add_argument("--team")
-    p.add_argument("--user")
+    p.add_argument("--user", "-u", metavar="USER", help="jobs this user submitted")
+    p.add_argument("--me", action="store_true", help="your own jobs (the token's user)")
+    p.add_argument(
+        "--job",
+        "-j",
+        type=_job_id,
+        metavar="JOB",
+        help="one job, a line per run (a requeued run says node_fail or preempted), like sacct -j --duplicates",
+    )
 
     p = command("cancel", cmd_cancel, "cancel jobs")
     p.add_argument("jobs", nargs="+", type=_job_id, metavar="JOB")
+
+    p = command("resubmit", cmd_resubmit, "submit a new job with the same spec as an earlier one")
+    p.add_argument("job", type=_job_id, metavar="JOB")
 
     p = command("show", cmd_show, "one job: details, events and allocations")
     p.add_argument("job", type=_job_id, metavar="JOB")

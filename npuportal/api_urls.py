@@ -15,6 +15,7 @@ from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
 from npuportal.api_clock import ClockView
+from npuportal.api_me import MeView
 from npuportal.api_parsers import FormatSuffixes
 from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
@@ -42,4 +43,4 @@ router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
 # Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
-urlpatterns = [path("clock/", ClockView.as_view(), name="clock"), *router.urls]
+urlpatterns = [path("clock/", ClockView.as_view(), name="clock"), path("me/", MeView.as_view(), name="me"), *router.urls]

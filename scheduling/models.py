@@ -13,15 +13,39 @@ from quotas.models import Policy, Team
 
 class Job(models.Model):
     class State(models.TextChoices):
+        """Slurm's job states, by the names ``sacct`` prints in lower case.
+
+        A job ends in one of the final states. A run the system ended (its node failed, or it was
+        preempted under ``onPreempt: requeue``) does not end the job: it goes back to ``pending``,
+        and that run's own outcome is ``node_fail`` or ``preempted`` (``scheduling.services.runs``).
+        ``node_fail`` ends a job only when node faults used up its retries; ``preempted`` only
+        under ``onPreempt: cancel``.
+        """
+
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
         COMPLETED = "completed", "Completed"
         FAILED = "failed", "Failed"
+        TIMEOUT = "timeout", "Timeout"
+        OUT_OF_MEMORY = "out_of_memory", "Out of memory"
+        NODE_FAIL = "node_fail", "Node failure"
         CANCELLED = "cancelled", "Cancelled"
         PREEMPTED = "preempted", "Preempted"
 
     #: States a job never leaves.
-    FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.PREEMPTED})
+    FINAL_STATES = frozenset(
+        {
+            State.COMPLETED,
+            State.FAILED,
+            State.TIMEOUT,
+            State.OUT_OF_MEMORY,
+            State.NODE_FAIL,
+            State.CANCELLED,
+            State.PREEMPTED,
+        }
+    )
+    #: Final states other than success: what ``afternotok`` waits for and ``afterok`` never gets past.
+    UNSUCCESSFUL_STATES = FINAL_STATES - {State.COMPLETED}
 
     # Not indexed on its own: the (team, …) indexes in Meta start with it.
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs", db_index=False)
@@ -61,6 +85,14 @@ class Job(models.Model):
     )
     array_id = models.CharField(max_length=40, blank=True)
     array_index = models.PositiveIntegerField(null=True, blank=True)
+    array_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many copies of its array run at once (Slurm's --array=...%N)"
+    )
+    depends_on = models.TextField(
+        blank=True,
+        help_text="Jobs it waits for, as Slurm's --dependency: 'afterok:12:A14,afterany:15' "
+        "(scheduling.services.dependencies)",
+    )
     env = models.JSONField(
         default=dict, blank=True, help_text="Variables the submitter asked for (docs/agent.md#environment)"
     )

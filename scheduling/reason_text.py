@@ -45,18 +45,31 @@ EVENT_NAMES = {
     "LostOnAgent": "Lost on its node",
     "NodeUnreachable": "Node stopped answering",
     "DeviceFailed": "Device failed",
+    "NodeFail": "Stopped by its node",
+    reasons.DEPENDENCY_NEVER_SATISFIED: "Dependency never satisfied",
     reasons.NEVER_RUNNABLE: "Can never run",
 }
 
 
 #: Event reasons that say more about how a job ended than its exit code does.
 _END_REASONS = {
-    "Walltime": "walltime exceeded",
+    "Walltime": "time limit reached",
     "Preempted": "preempted",
     "OutOfMemory": "out of memory",
     "LostOnAgent": "node lost",
     "NodeUnreachable": "node lost",
+    "NodeFail": "stopped by its node's shutdown",
+    "DeviceFailed": "device failed",
+    "LaunchFailed": "launch failed",
     "Cancelled": "cancelled",
+}
+
+#: The words of a final state that says how the job ended by itself, whatever its exit code.
+_STATE_WORDS = {
+    "cancelled": "cancelled",
+    "preempted": "preempted",
+    "timeout": "time limit reached",
+    "out_of_memory": "out of memory",
 }
 
 
@@ -65,11 +78,14 @@ def exit_reason(state: str, exit_code: int | None, end_reason: str | None = None
 
     ``None`` while it has not ended. ``end_reason`` is the reason of the event that ended it, when the
     caller has it (the job page does; the API's job rows, kept query-free, go by state and exit code).
+    A run that was requeued is worded the same way by its own outcome (``node_fail``, ``preempted``).
     """
-    if state == "cancelled":
-        return "cancelled"
-    if state == "preempted":
-        return "preempted"
+    if state == "cancelled" and end_reason == reasons.DEPENDENCY_NEVER_SATISFIED:
+        return "cancelled: dependency never satisfied"
+    if state in _STATE_WORDS:
+        return _STATE_WORDS[state]
+    if state == "node_fail":
+        return _END_REASONS.get(end_reason or "", "node failure")
     if state not in ("completed", "failed"):
         return None
     if end_reason in _END_REASONS:

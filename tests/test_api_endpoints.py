@@ -564,10 +564,25 @@ def test_submission_answers_and_stores_the_same_through_both_write_paths(people,
         single = submit({"name": " lone ", "max_duration_s": 7200})
         array = submit({"name": "sweep", "array": 3, "vnpu_template": "vir02"})
         one = submit({"name": "solo", "array": 1})
+        # Slurm's index list and at-most-running; a dependency, stored resolved (the array by its id).
+        ranged = submit({"name": "ranged", "array": "1,3,5-9:2%2", "depends_on": f"afterok:{array[0]['id']}"})
         assert [j["name"] for j in array] == ["sweep[0]", "sweep[1]", "sweep[2]"]
         assert {j["array_id"] for j in array} == {f"A{array[0]['id']}"} and one[0]["array_id"] == f"A{one[0]['id']}"
         assert JobEvent.objects.filter(job_id__in=[j["id"] for j in array]).count() == 3
+        assert [(j["name"], j["array_index"], j["array_limit"]) for j in ranged] == [
+            (f"ranged[{i}]", i, 2) for i in (1, 3, 5, 7, 9)
+        ]
+        assert {j["depends_on"] for j in ranged} == {f"afterok:{array[0]['array_id']}"}
+        assert ranged[0]["array_id"] == f"A{ranged[0]['id']}" and [j["id"] for j in ranged] == sorted(
+            j["id"] for j in ranged
+        )
         results[name] = [(scrub(a), stored(a)) for a in (single, array, one)]
+        results[name].append(
+            (
+                [j | {"depends_on": "-"} for j in scrub(ranged)],
+                [(f | {"depends_on": "-"}, e) for f, e in stored(ranged)],
+            )
+        )
     assert results["fast"] == results["orm"]
 
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from npuctl.batch import NOT_YET_ACCEPTED, ScriptError, interpreter, read_script, script_command
+from npuctl.batch import ScriptError, interpreter, read_script, script_command
 
 EVERY_DIRECTIVE = """#!/bin/bash
 #SBATCH --job-name=bert-ft
@@ -32,23 +32,28 @@ def test_every_directive_is_honoured_or_named() -> None:
         "estimated_duration_s": 95400,
         "output": "/scratch/bert/logs/%x-%j.out",  # relative to --chdir; the patterns kept for the portal
         "cwd": "/scratch/bert",
-        "array": 16,
+        "array": "0-15%4",  # Slurm's index list and limit, as the API reads them
+        "depends_on": "afterok:12:13",
         "env": {"LR": "3e-4", "FROM_HOME": "yes"},  # only what was named: never the whole environment
         "priority_class": "high",
     }
-    assert batch.pending == {"array_limit": 4, "depends_on": [12, 13]}
-    assert batch.warning() == (
-        "directives not honoured: "
-        "--array=0-15%4 (line 7: the portal does not limit how many copies of an array run at once yet); "
-        "--dependency=afterok:12:13 (line 9: the portal does not take dependencies yet)"
-    )
+    assert batch.warning() is None
 
 
-def test_pending_fields_are_sent_once_the_api_takes_them(monkeypatch) -> None:
-    """Adding a field to the API is one line here: it leaves NOT_YET_ACCEPTED, and the directive is honoured."""
-    monkeypatch.delitem(NOT_YET_ACCEPTED, "depends_on")
-    batch = read_script("#SBATCH --dependency=afterok:7\necho hi\n")
-    assert batch.fields["depends_on"] == [7] and batch.warning() is None
+@pytest.mark.parametrize(
+    ("directive", "fields"),
+    [
+        ("#SBATCH --array=1-8", {"array": "1-8"}),
+        ("#SBATCH --array=1,3,5", {"array": "1,3,5"}),
+        ("#SBATCH -a 0-15:4%2", {"array": "0-15:4%2"}),
+        ("#NPU --array 3", {"array": 3}),
+        ("#NPU --array 0-7%2", {"array": "0-7%2"}),
+        ("#SBATCH --dependency=afterany:3,afternotok:4:5", {"depends_on": "afterany:3,afternotok:4:5"}),
+    ],
+)
+def test_arrays_and_dependencies_go_as_slurm_writes_them(directive: str, fields: dict) -> None:
+    batch = read_script(f"{directive}\necho hi\n")
+    assert batch.fields == fields and batch.warning() is None
 
 
 def test_unknown_and_unsupported_directives_are_named_in_one_line() -> None:
@@ -87,7 +92,7 @@ def test_unknown_and_unsupported_directives_are_named_in_one_line() -> None:
         ("--gres=gpu:1 -N1", {"num_devices": 1}),
         ("-J eval -o /tmp/o.log -e /tmp/o.log -D /tmp", {"name": "eval", "output": "/tmp/o.log", "cwd": "/tmp"}),
         ("--account=research --qos=low", {"team": "research", "priority_class": "low"}),
-        ("--array=0-3", {"array": 4}),
+        ("--array=0-3", {"array": "0-3"}),
     ],
 )
 def test_sbatch_directives(directive: str, fields: dict) -> None:
@@ -115,13 +120,11 @@ def test_npu_directives_take_npuctl_submits_options(directive: str, fields: dict
 @pytest.mark.parametrize(
     ("directive", "warned"),
     [
-        ("--array=1-8", "--array=1-8 (line 2: its 8 copies are indexed 0-7)"),
-        ("--array=1,3,5", "--array=1,3,5 (line 2: only a range like 0-15 or 0-15%4 is taken)"),
         ("--nodes=2", "--nodes=2 (give the cards each node runs with --gres=npu:N)"),
         ("--nodes=1-3", "--nodes=1-3 (line 2: a job runs on a fixed number of nodes"),
         ("--output=out.log", "--output=out.log (line 2: a relative path needs --chdir"),
         ("--output=/a/o --error=/a/e", "--error=/a/e (errors go with the output"),
-        ("--dependency=afterany:3", "--dependency=afterany:3 (line 2: only afterok:ID[:ID] is taken)"),
+        ("--dependency=singleton", "--dependency=singleton (line 2: only afterok, afterany and afternotok:ID"),
         ("--gres=fpga:1", "--gres=fpga:1 (line 2: only npu and gpu are scheduled here)"),
         ("--export=HOME_ONLY", "--export=HOME_ONLY (line 2: no value here to pass on"),
     ],

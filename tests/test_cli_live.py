@@ -359,3 +359,27 @@ def test_usage_shows_the_months_cost(cli) -> None:
     label = previous_month()
     code, out, _ = cli("lead", "usage", "--month", label)
     assert code == 0 and "its closed statement" in out
+
+
+def test_resubmit_and_my_own_jobs(cli) -> None:
+    code, out, _ = cli("member", "submit", "--name", "again", "--chip", "910B4", "--", "python", "eval.py")
+    assert code == 0, out
+    first = int(out.split()[2])
+    code, out, _ = cli("lead", "submit", "--name", "leads", "--", "true")
+    assert code == 0, out
+
+    code, out, _ = cli("member", "resubmit", str(first))
+    assert code == 0, out
+    copy = int(out.split()[2])
+    assert out.strip() == f"submitted job {copy} (pending), a copy of job {first}"
+    assert Job.objects.get(pk=copy).command == "python eval.py" and copy != first
+    code, _, err = cli("other", "resubmit", str(first))
+    assert code == 1 and "not found" in err
+
+    code, out, _ = cli("member", "queue", "--me")
+    assert code == 0
+    assert {row[0] for row in _rows(out)[1:]} == {str(first), str(copy)}, "only the token's user's jobs"
+    code, out, _ = cli("lead", "queue", "-u", "cli-member", "--json")
+    assert code == 0 and {j["id"] for j in json.loads(out)} == {first, copy}
+    code, _, err = cli("member", "queue", "--me", "--user", "cli-lead")
+    assert code == 2 and "--user or --me" in err

@@ -245,7 +245,8 @@ def test_a_bad_history_state_is_a_usage_error_naming_state(argv, capsys, monkeyp
     monkeypatch.setenv("NPUPORTAL_TOKEN", "whatever")
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("npuctl: --state ") and "completed, failed, cancelled, preempted" in err
+    assert err.startswith("npuctl: --state ")
+    assert "completed, failed, timeout, out_of_memory, node_fail, cancelled, preempted" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -329,6 +330,9 @@ def test_until_alone_shows_the_day_before_it(capsys, monkeypatch) -> None:
     assert query["ended_after"] == ["2026-11-09T00:00:00Z"] and query["state"] == [
         "completed",
         "failed",
+        "timeout",
+        "out_of_memory",
+        "node_fail",
         "cancelled",
         "preempted",
     ]

@@ -26,8 +26,14 @@ pytestmark = pytest.mark.django_db
         ("failed", 3, None, "exit code 3"),
         ("failed", -9, None, "killed by signal SIGKILL"),
         ("failed", -11, None, "killed by signal SIGSEGV"),
-        ("failed", -15, "Walltime", "walltime exceeded"),
+        ("failed", -15, "Walltime", "time limit reached"),  # a row the migration did not move
+        ("timeout", -15, "Walltime", "time limit reached"),
+        ("timeout", None, None, "time limit reached"),  # the API's rows: by the state alone
         ("failed", -9, "OutOfMemory", "out of memory"),
+        ("out_of_memory", -9, None, "out of memory"),
+        ("node_fail", None, "LostOnAgent", "node lost"),
+        ("node_fail", None, "DeviceFailed", "device failed"),
+        ("node_fail", None, None, "node failure"),
         ("preempted", None, None, "preempted"),  # onPreempt: cancel
         ("failed", -15, "Preempted", "preempted"),
         ("failed", None, "LostOnAgent", "node lost"),
@@ -84,7 +90,7 @@ def test_the_job_page_says_how_it_ended(member, client) -> None:
     plain = client.get(f"/live/jobs/{three.pk}/").content.decode()
     assert '<td id="job-exit">3</td>' in plain and "(exit code 3)" not in plain, "a plain exit code reads once"
     JobEvent.objects.create(job=three, from_state="running", to_state="failed", reason="Walltime", at=timezone.now())
-    assert "(walltime exceeded)" in client.get(f"/live/jobs/{three.pk}/").content.decode()
+    assert "(time limit reached)" in client.get(f"/live/jobs/{three.pk}/").content.decode()
 
 
 class _OneJob(BaseHTTPRequestHandler):

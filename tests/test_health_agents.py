@@ -86,7 +86,7 @@ def test_ecc_error_drains_the_device_requeues_the_job_and_it_restarts_on_other_d
     assert job.submitted_at == JobEvent.objects.get(job=job, reason="Submitted").at, "it kept its place in the queue"
 
 
-def test_a_job_out_of_retries_fails_at_the_failure_time(cluster, submit) -> None:
+def test_a_job_out_of_retries_ends_node_fail_at_the_failure_time(cluster, submit) -> None:
     from scheduling.services.jobs import RETRY_BUDGET
 
     job = submit("sleep 30")
@@ -100,7 +100,7 @@ def test_a_job_out_of_retries_fails_at_the_failure_time(cluster, submit) -> None
     poll()
     job = Job.objects.get(pk=job.pk)
     event = HealthEvent.objects.get(device=device)
-    assert job.state == Job.State.FAILED
+    assert job.state == Job.State.NODE_FAIL, "its node's fault ended it, as Slurm's NODE_FAIL"
     assert job.ended_at == event.at
     assert set(job.allocations.values_list("end", flat=True)) == {event.at}
     last = job.events.last()

@@ -112,9 +112,9 @@ def test_walltime_enforced_by_the_agent_is_recorded_as_walltime(cluster, submit)
     agent = cluster[node_of(job)]
     record = agent.wait_job(job.agent_job_id, {"killed"})
     assert record["reason"] == "walltime"
-    job = _poll_until(job, {Job.State.FAILED})
+    job = _poll_until(job, {Job.State.TIMEOUT})
     event = job.events.last()
-    assert event.reason == "Walltime"
+    assert event.reason == "Walltime" and event.to_state == Job.State.TIMEOUT
     assert "SIGTERM" in event.detail
     assert job.exit_code == -signal.SIGTERM
 
@@ -129,7 +129,7 @@ def test_walltime_backstop_fails_and_stops_an_overdue_job(cluster, submit) -> No
     later = job.started_at + timedelta(seconds=601)
     assert enforce_walltime(now=later) == [job.pk]
     job = _reload(job)
-    assert job.state == Job.State.FAILED
+    assert job.state == Job.State.TIMEOUT
     assert job.events.last().reason == "Walltime"
     assert job.allocations.filter(end__isnull=True).count() == 0
     record = agent.wait_job(job.agent_job_id, {"killed"})

@@ -78,27 +78,32 @@ def test_a_record_of_an_older_agent_is_known_by_its_reason() -> None:
 
 
 @pytest.mark.parametrize(
-    ("record", "reason"),
+    ("record", "reason", "state"),
     [
         # The job's own signal: the same SIGTERM as a shutdown's, but the job sent it.
-        ({"state": "failed", "exit_code": -15, "reason": "killed by SIGTERM"}, "NonZeroExit"),
-        ({"state": "failed", "exit_code": 3, "reason": "exited with status 3"}, "NonZeroExit"),
-        # Its own time limit, enforced by the agent.
-        ({"state": "killed", "exit_code": -15, "reason": "walltime"}, "Walltime"),
-        # Its own memory.
-        ({"state": "failed", "exit_code": -9, "exit_reason": "out of memory (1 process(es) killed)"}, "OutOfMemory"),
+        ({"state": "failed", "exit_code": -15, "reason": "killed by SIGTERM"}, "NonZeroExit", "failed"),
+        ({"state": "failed", "exit_code": 3, "reason": "exited with status 3"}, "NonZeroExit", "failed"),
+        # Its own time limit, enforced by the agent: Slurm's TIMEOUT.
+        ({"state": "killed", "exit_code": -15, "reason": "walltime"}, "Walltime", "timeout"),
+        # Its own memory: Slurm's OUT_OF_MEMORY.
+        (
+            {"state": "failed", "exit_code": -9, "exit_reason": "out of memory (1 process(es) killed)"},
+            "OutOfMemory",
+            "out_of_memory",
+        ),
         # Someone on the node stopped it through the agent's API: as before, the job fails with their reason.
-        ({"state": "killed", "exit_code": -15, "reason": "maintenance"}, "Killed"),
+        ({"state": "killed", "exit_code": -15, "reason": "maintenance"}, "Killed", "failed"),
     ],
 )
-def test_a_run_that_ended_by_the_job_or_a_stop_request_still_fails(demo, record, reason) -> None:
+def test_a_run_that_ended_by_the_job_or_a_stop_request_ends_the_job(demo, record, reason, state) -> None:
     job = _running()
     record = {"job_id": f"{job.pk}.1", "ended_at": timezone.now().isoformat(), **record}
     assert stopped_by_system(record) is None
     apply_poll(_report(_nodes(job)[0], record))
     job = Job.objects.get(pk=job.pk)
-    assert job.state == Job.State.FAILED
+    assert job.state == state
     assert job.events.last().reason == reason == outcome(record)[1]
+    assert job.events.last().to_state == state
     assert job.retries == 0
 
 

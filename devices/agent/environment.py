@@ -10,7 +10,9 @@ portal's ``NPUPORTAL_*``), so a job never inherits it. A job sees, in this order
 3. what the submitter asked for (the job's ``env``), which may not set a :func:`reserved` name;
 4. what the backend and the launch plan set: device variables (``ASCEND_RT_VISIBLE_DEVICES``,
    ``CUDA_VISIBLE_DEVICES``, ``NPUPORTAL_VNPU_*``) and the rendezvous of a multi-node job;
-5. ``NPUPORTAL_JOB_ID`` and ``NPUPORTAL_TEAM``.
+5. ``NPUPORTAL_JOB_ID`` and ``NPUPORTAL_TEAM``; the job's identity in the portal by Slurm's names
+   (``SLURM_JOB_ID``, ``SLURM_JOB_NAME``) and, for a copy of a job array, which copy it is
+   (``NPUPORTAL_ARRAY_*``, ``SLURM_ARRAY_*``: :func:`identity_env`).
 
 The portal validates a submission with :func:`check_submitted_env` too (the same rules, one place),
 so a bad ``env`` is refused when it is submitted, not when it reaches a node.
@@ -58,9 +60,22 @@ RENDEZVOUS_NAMES = (
 )
 #: Would run code of the submitter's choosing inside the agent's own job wrapper (``runner.py``).
 LOADER_NAMES = ("LD_PRELOAD", "LD_AUDIT")
+#: The job in the portal and its place in an array, by Slurm's names, so Slurm scripts run unchanged
+#: (:func:`identity_env`); with ``NPUPORTAL_ARRAY_ID``, ``_INDEX`` and ``_COUNT``.
+SLURM_NAMES = (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+)
 #: Names the agent owns, besides :data:`RESERVED_NAMES`.
 RESERVED_PREFIX = "NPUPORTAL_"
-RESERVED_NAMES = frozenset((*BASE_NAMES, *DEVICE_NAMES, *RENDEZVOUS_NAMES, *LOADER_NAMES))
+RESERVED_NAMES = frozenset((*BASE_NAMES, *DEVICE_NAMES, *RENDEZVOUS_NAMES, *LOADER_NAMES, *SLURM_NAMES))
+#: An array's id as the portal gives it (``A`` and the id of its first job).
+_ARRAY_ID_RE = re.compile(r"A[0-9]{1,18}")
 
 
 def reserved(name: str) -> bool:
@@ -163,6 +178,54 @@ def locale_env(agent_env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def identity_env(portal_job: object) -> dict[str, str]:
+    """The variables that tell a job which job, and which copy of an array, it is; ``ValueError`` if malformed.
+
+    ``portal_job`` is the launch's ``{"id": 12, "name": "sweep[3]", "array": {"id": "A10", "index": 3,
+    "count": 16, "min": 0, "max": 15}}`` (``array`` only for a copy of a job array); ``None`` gives
+    none (a launch from a portal that sends none). Slurm's names mean what they mean under Slurm:
+    ``SLURM_ARRAY_JOB_ID`` is the array's first job's id, ``SLURM_ARRAY_TASK_ID`` the copy's index.
+    """
+    if portal_job is None:
+        return {}
+    if not isinstance(portal_job, Mapping):
+        raise ValueError("must be an object {id, name, array}")
+    job_id, name = portal_job.get("id"), portal_job.get("name")
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+        raise ValueError("id must be the job's id in the portal, a whole number >= 1")
+    if not isinstance(name, str) or not name.isprintable() or len(name) > 200:
+        raise ValueError("name must be printable text of at most 200 characters")
+    env = {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_NAME": name}
+    array = portal_job.get("array")
+    if array is None:
+        return env
+    if (
+        not isinstance(array, Mapping)
+        or not isinstance(array.get("id"), str)
+        or not _ARRAY_ID_RE.fullmatch(array["id"])
+    ):
+        raise ValueError("array must be an object whose id is an array id such as A10")
+    numbers = {}
+    for key in ("index", "count", "min", "max"):
+        value = array.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"array.{key} must be a whole number >= 0")
+        numbers[key] = str(value)
+    env.update(
+        {
+            "NPUPORTAL_ARRAY_ID": array["id"],
+            "NPUPORTAL_ARRAY_INDEX": numbers["index"],
+            "NPUPORTAL_ARRAY_COUNT": numbers["count"],
+            "SLURM_ARRAY_JOB_ID": array["id"][1:],
+            "SLURM_ARRAY_TASK_ID": numbers["index"],
+            "SLURM_ARRAY_TASK_COUNT": numbers["count"],
+            "SLURM_ARRAY_TASK_MIN": numbers["min"],
+            "SLURM_ARRAY_TASK_MAX": numbers["max"],
+        }
+    )
+    return env
+
+
 def build_job_env(
     *,
     job_id: str,
@@ -175,11 +238,12 @@ def build_job_env(
     site_env: Mapping[str, str] | None = None,
     job_path: str = DEFAULT_JOB_PATH,
     agent_env: Mapping[str, str] | None = None,
+    identity: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of one job, built from nothing (see the module's docstring for the layers).
 
     ``agent_env`` is read for the locale only (default: this process's environment); nothing else
-    of it is copied.
+    of it is copied. ``identity``: :func:`identity_env` of the launch.
     """
     env = {"PATH": job_path, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell}
     env.update(locale_env(os.environ if agent_env is None else agent_env))
@@ -189,6 +253,7 @@ def build_job_env(
     env["NPUPORTAL_JOB_ID"] = job_id
     if team:
         env["NPUPORTAL_TEAM"] = team
+    env.update(identity or {})
     return env
 
 

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 from devices.agent import cgroups, device_memory, procfs
 from devices.agent.accounts import ACCOUNT_NAME_RE, JOB_UMASK, NO_HOME_CWD, Account, check_paths
 from devices.agent.backends import Backend, DeviceUse, ProcessTable
-from devices.agent.environment import JobSetup, build_job_env, check_submitted_env
+from devices.agent.environment import JobSetup, build_job_env, check_submitted_env, identity_env
 from devices.agent.errors import ApiError
 from devices.agent.output_budget import CHECK_INTERVAL_S as OUTPUT_CHECK_INTERVAL_S
 from devices.agent.output_budget import OutputLedger, RunningOutput
@@ -104,6 +104,8 @@ class JobRequest:
     user: str | None = None
     team: str | None = None
     output: str | None = None
+    #: Which job of the portal, and which copy of an array, it is, as variables (``identity_env``).
+    identity: dict[str, str] = field(default_factory=dict)
 
 
 def _optional_text(payload: Mapping[str, Any], name: str, limit: int) -> str | None:
@@ -212,7 +214,11 @@ def parse_job_request(payload: Any, known: set[int] | None) -> JobRequest:
         raise ApiError(400, f"user {user!r} is not a POSIX account name", "user")
     team = _optional_text(payload, "team", 200)
     output = _absolute_path(payload, "output")
-    return JobRequest(job_id, raw_id, command, env, devices, vnpu, limit, cwd, user, team, output)
+    try:
+        identity = identity_env(payload.get("portal_job"))
+    except ValueError as exc:
+        raise ApiError(400, f"portal_job {exc}", "portal_job") from None
+    return JobRequest(job_id, raw_id, command, env, devices, vnpu, limit, cwd, user, team, output, identity)
 
 
 def parse_grace(value: str | None, default: float) -> float:
@@ -458,7 +464,7 @@ def signal_name(number: int) -> str:
 
 def exit_reason(job: Job) -> str:
     """Why the job ended, in words: ``exit code 3``, ``killed by signal SIGKILL``, ``out of memory``,
-    ``walltime exceeded``, ``preempted``, ``cancelled``, ``node lost``.
+    ``time limit reached``, ``preempted``, ``cancelled``, ``node lost``.
     """
     code = job.exit_code
     if job.oom_kills:
@@ -466,7 +472,7 @@ def exit_reason(job: Job) -> str:
     why = (job.stop_reason or "").lower()
     if job.stop_reason is not None:
         if "walltime" in why:
-            return "walltime exceeded"
+            return "time limit reached"
         if "preempt" in why:
             return "preempted"
         if "cancel" in why:
@@ -792,6 +798,7 @@ class JobManager:
             plan_env=plan_env,
             site_env=self.setup.site_env,
             job_path=self.setup.job_path,
+            identity=request.identity,
         )
         argv = [sys.executable, "-I", "-S", str(RUNNER_PATH), "--exit-file", str(exit_file)]
         argv += ["--max-output-bytes", str(self.max_log_bytes), "--umask", f"{JOB_UMASK:03o}"]

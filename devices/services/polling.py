@@ -778,6 +778,8 @@ def launch_payload(job: Job, run_id: str, allocs: Sequence[Allocation]) -> dict[
         "devices": sorted(a.device.index for a in allocs),
         "team": job.team.name,
         "user": posix_account(job.submitter),  # the account it runs as on a root agent (docs/agent.md#accounts)
+        # Which job, and which copy of an array, it is: SLURM_JOB_ID, SLURM_ARRAY_TASK_ID (docs/agent.md#environment).
+        "portal_job": portal_job(job),
     }
     if job.cwd:
         payload["cwd"] = job.cwd
@@ -793,6 +795,27 @@ def launch_payload(job: Job, run_id: str, allocs: Sequence[Allocation]) -> dict[
         payload["vnpu"] = {"template": sliced[0].vnpu_template.name, "device": sliced[0].device.index}
         payload["devices"] = [sliced[0].device.index]
     return payload
+
+
+def portal_job(job: Job) -> dict[str, Any]:
+    """The launch's ``portal_job``: the job's id and name and, for a copy of an array, its place in it.
+
+    One small query for a copy of an array (how many copies, the lowest and highest index): what
+    ``SLURM_ARRAY_TASK_COUNT``, ``_MIN`` and ``_MAX`` say.
+    """
+    identity: dict[str, Any] = {"id": job.pk, "name": job.name}
+    if job.array_id:
+        from scheduling.services.arrays import array_shape
+
+        count, low, high = array_shape(job.array_id)
+        identity["array"] = {
+            "id": job.array_id,
+            "index": job.array_index or 0,
+            "count": count,
+            "min": low,
+            "max": high,
+        }
+    return identity
 
 
 def _send(item: tuple[AgentAddress, dict[str, Any]]) -> AgentError | None:

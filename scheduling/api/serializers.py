@@ -15,6 +15,7 @@ from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.reason_text import event_name, exit_reason, reason_text
 from scheduling.services.jobs import MAX_DURATION_S
+from scheduling.services.runs import job_runs
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -106,8 +107,17 @@ class JobSerializer(serializers.ModelSerializer):
             "retries",
             "array_id",
             "array_index",
+            "array_limit",
+            "depends_on",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "array_limit": {"help_text": "At most this many copies of its array run at once (the %N of array)"},
+            "depends_on": {
+                "help_text": "Jobs it waits for, as stored: 'afterok:12:A14,afterany:15' (A14: every copy of "
+                "array A14); '' for none"
+            },
+        }
 
     def get_exit_reason(self, obj: Job) -> str | None:
         return exit_reason(str(obj.state), obj.exit_code)
@@ -233,6 +243,8 @@ def _representation(job: Job, command_key: str, command: str) -> dict[str, Any]:
         "retries": job.retries,
         "array_id": job.array_id,
         "array_index": job.array_index,
+        "array_limit": job.array_limit,
+        "depends_on": job.depends_on,
     }
 
 
@@ -273,9 +285,30 @@ class JobSummarySerializer(JobSerializer):
         return job_summary_representation(instance)
 
 
+class JobRunSerializer(serializers.Serializer):
+    """One run of a job (``scheduling.services.runs``): a requeued one ended ``node_fail`` or ``preempted``."""
+
+    attempt = serializers.IntegerField(help_text="1 for the first start (the log's ?attempt=)")
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="null while it runs")
+    state = serializers.CharField(
+        help_text="running; the job's final state for the run that ended it; node_fail or preempted for a run "
+        "the system ended and requeued"
+    )
+    reason = serializers.CharField(help_text="The code of the event that ended it ('' while it runs)")
+    detail = serializers.CharField(help_text="That event's detail")
+    exit_code = serializers.IntegerField(allow_null=True, help_text="The job's exit code, on the run that ended it")
+    exit_reason = serializers.CharField(allow_null=True, help_text="How the run ended, in words")
+    nodes = serializers.ListField(child=serializers.CharField())
+
+
 class JobDetailSerializer(JobSerializer):
     allocations = AllocationSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
+    runs = serializers.SerializerMethodField(
+        help_text="Every start of the job and how it ended, like sacct --duplicates: a run its node's failure or "
+        "a preemption ended, requeued, says node_fail or preempted"
+    )
     env = serializers.DictField(
         child=serializers.CharField(), read_only=True, help_text="Variables the submitter asked for"
     )
@@ -299,11 +332,33 @@ class JobDetailSerializer(JobSerializer):
             "ran_as",
             "allocations",
             "events",
+            "runs",
         ]
         read_only_fields = fields
 
     def get_posix_user(self, obj: Job) -> str:
         return posix_account(obj.submitter)
+
+    @extend_schema_field(JobRunSerializer(many=True))
+    def get_runs(self, obj: Job) -> list[dict[str, Any]]:
+        viewer = self.context.get("viewer")
+        if viewer is None:
+            request = self.context.get("request")
+            viewer = self.context["viewer"] = Viewer.of(getattr(request, "user", None))
+        return [
+            {
+                "attempt": run.attempt,
+                "started_at": api_time(run.started_at),
+                "ended_at": api_time(run.ended_at),
+                "state": run.state,
+                "reason": run.reason,
+                "detail": event_detail(run.end_event, viewer) if run.end_event is not None else "",
+                "exit_code": run.exit_code,
+                "exit_reason": run.exit_reason,
+                "nodes": list(run.nodes),
+            }
+            for run in job_runs(obj)
+        ]
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         # One job at a time: DRF's field-by-field rendering, nested allocations and events included.
@@ -314,6 +369,58 @@ class JobDetailSerializer(JobSerializer):
 class EnvField(serializers.Field):
     """A job's ``env`` as sent: checked whole by the service (``devices.agent.environment``), so every
     problem (a number for a value, a reserved name, the sizes) is one 400 naming ``env``."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1},
+            {"type": "string", "pattern": r"^\s*\d[\d,:\- ]*(%\d+)?\s*$", "example": "0-15%4"},
+        ]
+    }
+)
+class ArrayField(serializers.Field):
+    """``array``: a count, or Slurm's index list; read whole by ``scheduling.services.arrays`` (one 400 naming it)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "example": "afterok:12:13,afterany:14"},
+            {
+                "type": "array",
+                "items": {
+                    "oneOf": [
+                        {"type": "integer", "minimum": 1},
+                        {"type": "string", "example": "afternotok:12"},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "type": {"type": "string", "enum": ["afterok", "afterany", "afternotok"]},
+                                "job": {"oneOf": [{"type": "integer"}, {"type": "string", "example": "A14"}]},
+                            },
+                            "required": ["job"],
+                        },
+                    ]
+                },
+            },
+        ]
+    }
+)
+class DependsOnField(serializers.Field):
+    """``depends_on``: read whole by ``scheduling.services.dependencies`` (one 400 naming it)."""
 
     def to_internal_value(self, data: Any) -> Any:
         return data
@@ -370,11 +477,23 @@ class JobSubmitSerializer(fields.InputSerializer):
         trim_whitespace=False,
         help_text="Absolute path of a file on its nodes the output is also appended to, like --output",
     )
-    array = fields.IntegerField(
+    array = ArrayField(
+        required=False,
+        help_text="A job array: N copies (indices 0 to N-1), or Slurm's index list: '0-15', '1,3,5', '0-15:4', "
+        "with '%4' at the end for at most 4 copies running at once ('0-15%4'); at most NPUPORTAL_MAX_ARRAY copies "
+        "(default 1000) and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
+    )
+    array_limit = fields.IntegerField(
         min_value=1,
         required=False,
-        help_text="Submit this many copies, like Slurm's --array=0-(N-1); at most NPUPORTAL_MAX_ARRAY (default 1000)"
-        " and NPUPORTAL_MAX_SUBMIT_BYTES of commands, names, env, cwd and output in all (default 8 MiB)",
+        allow_null=True,
+        help_text="At most this many copies of the array run at once (the same as '%N' in array)",
+    )
+    depends_on = DependsOnField(
+        required=False,
+        help_text="Jobs this one waits for, as Slurm's --dependency: 'afterok:12:13,afterany:14,afternotok:15' "
+        "(all must hold); a job id, an array (A12, or the id of its first job: every copy) or one copy (12_3). "
+        "Or a list of job ids (afterok), such strings, or {type, job} objects. Only your teams' jobs",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -188,12 +188,14 @@ class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixi
             env=data.get("env") or {},
             cwd=data.get("cwd") or "",
             output=data.get("output") or "",
+            depends_on=data.get("depends_on") or "",
         )
         try:
             team = job_service.submission_team(request.user, data.get("team"))
-            if data.get("array"):
+            if "array" in data or data.get("array_limit") is not None:
+                indices, limit = _array(data)
                 jobs = job_service.submit_array(
-                    team=team, user=request.user, spec=spec, count=data["array"], member_checked=True
+                    team=team, user=request.user, spec=spec, indices=indices, limit=limit, member_checked=True
                 )
                 body: Any = [job_summary_representation(job) for job in jobs]
             else:
@@ -332,6 +334,22 @@ class JobViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixi
             raise Conflict({"state": ["job is no longer pending or running"]}) from exc
         breakdown["estimated_start"] = api_time(breakdown["estimated_start"])  # as the job's own reads
         return Response(json_safe(breakdown))
+
+
+def _array(data: dict[str, Any]) -> tuple[list[int], int | None]:
+    """The copies' indices and the at-most-running of a submission's ``array`` and ``array_limit``."""
+    from scheduling.services.arrays import ArrayError, parse_array
+
+    if "array" not in data:
+        raise job_service.SubmissionError("array", "required with array_limit: the copies to submit, such as 0-15")
+    try:
+        indices, limit = parse_array(data["array"])
+    except ArrayError as exc:
+        raise job_service.SubmissionError("array", str(exc)) from None
+    given = data.get("array_limit")
+    if given is not None and limit is not None and given != limit:
+        raise job_service.SubmissionError("array_limit", f"{given} disagrees with the %{limit} of array")
+    return indices, limit if limit is not None else given
 
 
 def _whole(query: Any, name: str, bounds: tuple[int, int]) -> int | None:

@@ -28,9 +28,11 @@ from pathlib import Path
 #: The rest (parsing and printing policies, traces, the simulator's driver, the
 #: benchmark) run as plain Python either way.
 COMPILED = (
+    "array_throttle",
     "backfill",
     "capacity",
     "decide",
+    "dependency",
     "durations",
     "estimate",
     "fairshare",

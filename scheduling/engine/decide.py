@@ -6,6 +6,14 @@ or a Volcano session, a tick is a fixed pipeline over an in-memory copy of the
 free state; nothing here does I/O and the same snapshot always gives the same
 decisions.
 
+0. **Held** jobs (not eligible): a job whose dependencies are not satisfied
+   waits with ``Dependency`` (:mod:`dependency`), or is cancelled
+   (``Decisions.cancelled``, ``DependencyNeverSatisfied``) when they never can
+   be; then a copy of a job array beyond its ``%N`` limit, counting its
+   running copies and the ones let through before it (lowest index first),
+   waits with ``JobArrayTaskLimit`` (:mod:`array_throttle`). Held jobs take no
+   part in the steps below: no place in the order, no hold, no estimate, no
+   block on the jobs behind them.
 1. **Evict** running jobs whose preemption grace deadline has passed
    (``Decisions.evictions``); their devices are free for this tick. A victim
    whose job no longer waits, and whose cards no promise counts on, is not
@@ -80,9 +88,10 @@ import heapq
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from functools import partial
 
-from scheduling.engine import reasons
+from scheduling.engine import array_throttle, dependency, reasons
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import user_factors
@@ -202,12 +211,34 @@ def decide(snapshot: Snapshot) -> Decisions:
     if enabled:
         gc.disable()
     try:
+        snapshot, held, cancelled = eligible(snapshot)  # step 0
         decisions = Tick(snapshot).run()
         mark_never_runnable(snapshot, decisions)  # step 5: a wait that can never end says so
+        decisions.waiting.update(held)
+        decisions.cancelled = cancelled
         return decisions
     finally:
         if enabled:
             gc.enable()
+
+
+def eligible(snapshot: Snapshot) -> tuple[Snapshot, dict[int, Wait], dict[int, str]]:
+    """Step 0 (see the module's docstring): ``(snapshot of the eligible jobs, waits of the held ones, jobs to cancel)``.
+
+    ``decide`` and ``explain`` both start here, so a held job is held in both. The snapshot is
+    the one given when no job is held.
+    """
+    held: dict[int, Wait] = {}
+    cancelled: dict[int, str] = {}
+    if snapshot.dependencies:
+        held, cancelled = dependency.hold(snapshot.pending, snapshot.dependencies)
+    if snapshot.array_limits:
+        left = (job for job in snapshot.pending if job.id not in held and job.id not in cancelled)
+        held.update(array_throttle.hold(left, snapshot.running, snapshot.array_limits))
+    if not held and not cancelled:
+        return snapshot, held, cancelled
+    pending = [job for job in snapshot.pending if job.id not in held and job.id not in cancelled]
+    return replace(snapshot, pending=pending), held, cancelled
 
 
 class Tick:

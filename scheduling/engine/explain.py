@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from scheduling.engine import reasons
-from scheduling.engine.decide import Tick
+from scheduling.engine.decide import Tick, eligible
 from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
 from scheduling.engine.placement import need_of
 from scheduling.engine.policy import quota_to_json
 from scheduling.engine.priority import class_factors, job_factors, weighted
+from scheduling.engine.snapshot import Wait
 
 
 def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
@@ -38,7 +39,11 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
         job = next((j for j in snapshot.running if j.id == job_id), None)
     if job is None:
         raise KeyError(job_id)
-    tick = Tick(snapshot)
+    view, held, cancelled = eligible(snapshot)  # the pipeline's step 0, as decide
+    hold = held.get(job_id) or (
+        Wait(reasons.DEPENDENCY_NEVER_SATISFIED, cancelled[job_id]) if job_id in cancelled else None
+    )
+    tick = Tick(snapshot if hold is not None else view)
     ledger = tick.ledger(job.team)
     out: dict[str, Any] = {
         "job_id": job.id,
@@ -80,6 +85,16 @@ def explain(snapshot: Any, job_id: int) -> dict[str, Any]:
     waited = tick.now - job.submitted_at
     # The starvation guard comes before every factor above (see scheduling.engine.starvation).
     out["starvation"] = {"after_s": after, "waited_s": waited, "starving": tick.guard.starving(job, tick.now)}
+    if hold is not None:  # held at step 0: the tick never looks at it
+        tick.state.release()
+        out.update(
+            decision="wait",
+            reason=hold.reason,
+            reason_text=reasons.describe(hold.reason),
+            detail=hold.detail,
+            estimated_start=None,
+        )
+        return out
     decisions = tick.run()
     start = next((s for s in decisions.starts if s.job_id == job_id), None)
     if start is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Final
 
 # -- waiting reasons, roughly in the order the pipeline can produce them ------
+DEPENDENCY: Final = "Dependency"
+JOB_ARRAY_TASK_LIMIT: Final = "JobArrayTaskLimit"
 QUOTA_CLASS_NOT_ALLOWED: Final = "QuotaClassNotAllowed"
 QUOTA_MAX_DURATION: Final = "QuotaMaxDuration"
 MONTHLY_BUDGET_EXHAUSTED: Final = "MonthlyBudgetExhausted"
@@ -25,6 +27,9 @@ RESOURCES: Final = "Resources"
 PRIORITY: Final = "Priority"
 NEVER_RUNNABLE: Final = "NeverRunnable"
 
+# -- why a waiting job is cancelled (``Decisions.cancelled``) -------------------
+DEPENDENCY_NEVER_SATISFIED: Final = "DependencyNeverSatisfied"
+
 # -- preemption reasons (``Preemption.reason``) --------------------------------
 GUARANTEE_RECLAIM: Final = "GuaranteeReclaim"
 CLASS_PREEMPTION: Final = "ClassPreemption"
@@ -33,6 +38,10 @@ CLASS_PREEMPTION: Final = "ClassPreemption"
 #: console (``scheduling.reason_text.reason_text``), the API's ``pending_reason_text``, ``explain`` and
 #: ``manage.py sprio`` all read it, so a waiting job reads the same everywhere.
 TEXT: Final[dict[str, str]] = {
+    DEPENDENCY: "It waits for the jobs it depends on to end as it asked (afterok, afterany, afternotok).",
+    JOB_ARRAY_TASK_LIMIT: "Its array already runs as many copies at once as the array's limit (%N) allows.",
+    DEPENDENCY_NEVER_SATISFIED: "A job it depended on ended in a way its dependency can never accept, so it was "
+    "cancelled.",
     QUOTA_CLASS_NOT_ALLOWED: "Your team's quota does not allow this priority class.",
     QUOTA_MAX_DURATION: "The job asks for more run time than your team's limit on run time.",
     MONTHLY_BUDGET_EXHAUSTED: "Your team's device-hours for this month would be used up by this job.",

@@ -212,6 +212,21 @@ class Promise(Record):
         object.__setattr__(self, "until", until)
 
 
+@dataclass(frozen=True)
+class Dependencies(Record):
+    """Where a waiting job's unsatisfied dependencies stand, as the caller found them (:mod:`dependency`)."""
+
+    #: They can never be satisfied (a job depended on ended the other way).
+    never: bool
+    #: What it waits for, or why it never can be, in words ("waits for job 12 to complete").
+    detail: str
+
+    # Written out, not generated: see record.py.
+    def __init__(self, never: bool, detail: str) -> None:
+        object.__setattr__(self, "never", never)
+        object.__setattr__(self, "detail", detail)
+
+
 @dataclass(slots=True)
 class Snapshot:
     now: datetime
@@ -239,6 +254,12 @@ class Snapshot:
     #: devices are. The core compares it, instead of reading every device, to find the
     #: layout it kept from the last tick (``capacity.Layout``); ``None``: it reads the devices.
     inventory_values: object | None = None
+    #: Waiting jobs whose dependencies are not all satisfied, by id (:mod:`dependency`); a job
+    #: absent has none left to wait for. ``None`` or empty: no job depends on another.
+    dependencies: Mapping[int, Dependencies] | None = None
+    #: The copies, pending and running, of job arrays that may run only so many at once, by job
+    #: id: ``(array id, at most this many running)`` (:mod:`array_throttle`). ``None``: none.
+    array_limits: Mapping[int, tuple[str, int]] | None = None
 
 
 # The decisions below are values. ``Start`` and ``Preemption`` are not frozen (a
@@ -310,3 +331,6 @@ class Decisions:
     #: and no promise counts on their cards. Clear their ``preempt_deadline`` (and
     #: ``preempted_for``): they run on as if never chosen.
     called_off: list[int] = field(default_factory=list)
+    #: Waiting jobs to cancel, with why in words: their dependencies can never be satisfied
+    #: (reason ``DependencyNeverSatisfied``, :mod:`dependency`). They are not in ``waiting``.
+    cancelled: dict[int, str] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for
 from scheduling.filters import JOB_ORDERING, JobFilterSet, visible_jobs
 from scheduling.models import Job
 from scheduling.reason_text import event_name, exit_reason, reason_text
+from scheduling.services.runs import job_runs
 
 #: Rows per page of the console's job list.
 JOB_LIST_PAGE = 100
@@ -139,10 +140,19 @@ def job_live(job: Job, user: object) -> dict[str, Any]:
     viewer = Viewer.of(user)
     events = list(events_of(job))
     last_reason = max(events, key=lambda e: (e.recorded_at, e.pk)).reason if events else None
+    allocations = list(job.allocations.select_related("device__node", "vnpu_template"))
+    runs = job_runs(job, events, allocations)
     return {
         "job": job,
-        "allocations": job.allocations.select_related("device__node", "vnpu_template"),
+        "allocations": allocations,
         "events": [(event, event_name(event.reason), event_detail(event, viewer, words=True)) for event in events],
+        # Shown once a run was requeued: each run's outcome (node_fail, preempted), as sacct --duplicates.
+        "runs": [
+            (run, Job.State(run.state).label, event_detail(run.end_event, viewer, words=True) if run.end_event else "")
+            for run in runs
+        ]
+        if len(runs) > 1
+        else [],
         "exit_reason": exit_words(job, last_reason),
         "preempted_for": preempted_for_text(job, viewer) if job.preempt_deadline else "",
         "reason": reason_text(job.pending_reason) if job.pending_reason else "",

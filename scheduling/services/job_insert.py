@@ -4,7 +4,7 @@ A submission is the API's hottest write. Through the ORM it is a transaction of
 two INSERTs — BEGIN, INSERT, INSERT, COMMIT: four round trips and two compiled
 queries. As one data-modifying CTE it is one round trip, and atomic by itself:
 an event never exists without its job, nor a job without its event. A job array
-is one statement too: the database numbers the copies (``generate_series``), so
+is one statement too: the database numbers the copies (``unnest`` of their indices), so
 the spec crosses the wire once instead of once per copy.
 
 The statements are built once per process from the models' own metadata — every
@@ -91,7 +91,7 @@ def _array_statement(suffixed: bool) -> tuple[str, tuple[Field, ...], tuple[Fiel
     event_job = quote(JobEvent._meta.get_field("job").column)
     sql = (
         f"WITH ids AS (SELECT nextval(pg_get_serial_sequence(%s, %s)) AS id, i "
-        f"FROM generate_series(0, CAST(%s AS integer) - 1) AS i), "
+        f"FROM unnest(CAST(%s AS integer[])) WITH ORDINALITY AS given(i, n) ORDER BY n), "
         f"first AS (SELECT min(id) AS id FROM ids), "
         f"new_jobs AS (INSERT INTO {quote(meta.db_table)} ({columns}) "
         f"SELECT ids.id, {typed(fixed)}, {name}, 'A' || first.id, ids.i FROM ids CROSS JOIN first ORDER BY ids.i "
@@ -105,15 +105,15 @@ def _array_statement(suffixed: bool) -> tuple[str, tuple[Field, ...], tuple[Fiel
     return sql, fixed, event_fields
 
 
-def insert_array(template: Job, event: JobEvent, count: int) -> list[tuple[int, int, str]]:
-    """Insert ``count`` copies of the unsaved ``template`` as one job array, each with a copy of ``event``.
+def insert_array(template: Job, event: JobEvent, indices: list[int], suffixed: bool) -> list[tuple[int, int, str]]:
+    """Insert one copy of the unsaved ``template`` per index, as one job array, each with a copy of ``event``.
 
-    Copy ``i`` is named ``<template.name>[i]`` (just the name for an array of one)
-    and has ``array_index`` ``i``; ``array_id`` is ``A<id of the first copy>``.
-    Returns ``(id, array_index, array_id)`` of every copy.
+    ``indices`` ascending; the copy of index ``i`` is named ``<template.name>[i]`` (just the name
+    when not ``suffixed``) and has ``array_index`` ``i``; ``array_id`` is ``A<id of the first
+    copy>``, the lowest index's. Returns ``(id, array_index, array_id)`` of every copy.
     """
-    sql, fixed, event_fields = _array_statement(count > 1)
-    params: list[object] = [Job._meta.db_table, Job._meta.pk.column, count]
+    sql, fixed, event_fields = _array_statement(suffixed)
+    params: list[object] = [Job._meta.db_table, Job._meta.pk.column, list(indices)]
     params += [f.get_db_prep_save(f.pre_save(template, True), connection) for f in fixed]
     params.append(template.name)
     params += [f.get_db_prep_save(f.pre_save(event, True), connection) for f in event_fields]

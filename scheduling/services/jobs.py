@@ -7,6 +7,7 @@ The API, the console, the admin and the CLI all come through here, so a rule
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -36,6 +37,24 @@ log = logging.getLogger(__name__)
 MAX_DURATION_S = 366 * 86400
 #: Launch failures or lost jobs tolerated before a job is failed for good.
 RETRY_BUDGET = 3
+
+#: The state a run's end gives its job, by the end's event reason, when it is not a success or a
+#: plain failure: Slurm's TIMEOUT and OUT_OF_MEMORY. Any other reason but ``Completed`` fails it.
+END_STATES = {
+    "Walltime": Job.State.TIMEOUT,
+    "OutOfMemory": Job.State.OUT_OF_MEMORY,
+}
+#: What a run the portal took off its nodes and queued again ended as, by the requeue's reason:
+#: the run's own outcome (``scheduling.services.runs``); the job itself is ``pending`` again. When
+#: the retry budget is used up, ``node_fail`` ends the job (Slurm's NODE_FAIL without requeue).
+REQUEUE_OUTCOMES = {
+    "Preempted": Job.State.PREEMPTED,
+    "NodeFail": Job.State.NODE_FAIL,
+    "NodeUnreachable": Job.State.NODE_FAIL,
+    "LostOnAgent": Job.State.NODE_FAIL,
+    "DeviceFailed": Job.State.NODE_FAIL,
+    "LaunchFailed": Job.State.NODE_FAIL,
+}
 
 
 class SubmissionError(ValueError):
@@ -68,6 +87,9 @@ class JobSpec:
     #: Directory the job starts in, and a file its output is also appended to, on its nodes ("": defaults).
     cwd: str = ""
     output: str = ""
+    #: Jobs it waits for, as Slurm's ``--dependency`` (a string or a list; ``scheduling.services.dependencies``);
+    #: checked and resolved for the submitter at submission.
+    depends_on: object = ""
 
 
 #: Longest ``cwd`` or ``output`` path (the agent takes the same).
@@ -342,6 +364,7 @@ def submit_job(
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
     pclass, template, max_s, chip = _validate(spec, team, now)
+    spec = _with_dependencies(spec, user)
     job = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=spec.name.strip())
     job.array_id = array_id
     job.array_index = array_index
@@ -356,62 +379,102 @@ def submit_job(
     return job
 
 
+def _with_dependencies(spec: JobSpec, user: AbstractBaseUser) -> JobSpec:
+    """``spec`` with its ``depends_on`` checked for ``user`` and in its stored form (``SubmissionError`` naming it)."""
+    from scheduling.services.dependencies import DependencyError, resolve
+
+    try:
+        return replace(spec, depends_on=resolve(spec.depends_on, user))
+    except DependencyError as exc:
+        raise SubmissionError("depends_on", str(exc)) from None
+
+
 def submit_array(
     *,
     team: Team,
     user: AbstractBaseUser,
     spec: JobSpec,
-    count: int,
+    count: int | None = None,
+    indices: Sequence[int] | None = None,
+    limit: int | None = None,
     now: datetime | None = None,
     member_checked: bool = False,
 ) -> list[Job]:
-    """Queue ``count`` copies of one spec as a job array, like Slurm's ``--array=0-(N-1)``.
+    """Queue copies of one spec as a job array: ``count`` of them (indices 0 to count-1, Slurm's
+    ``--array=0-(N-1)``), or one per index of ``indices`` (``--array=1,3,5``; ``scheduling.services.arrays``).
+    ``limit``: at most this many run at once (``%N``).
 
-    The copies differ only in name (``name[i]``, or ``name`` for an array of one)
+    The copies differ only in name (``name[i]``, or ``name`` for an array of the one index 0)
     and index, so the spec is validated once, against the longest name, and the
     jobs and their events are written in bulk: one statement on PostgreSQL
     (``job_insert``), a transaction of bulk inserts elsewhere. The array id is
     ``A<id of its first job>``: unique without a lock, and it says where the array starts.
     """
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise SubmissionError("array", "must be a whole number >= 1")
+    if indices is None:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SubmissionError("array", "must be a whole number >= 1")
+        indices = range(count)
+    elif not indices:
+        raise SubmissionError("array", "names no index")
+    count = len(indices)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise SubmissionError("array_limit", "must be a whole number >= 1")
+    suffixed = list(indices[:2]) != [0]
     # Sized before anything is built for the copies: the count itself may be the abuse.
-    check_size(replace(spec, name=spec.name if count == 1 else f"{spec.name}[{count - 1}]"), count)
+    check_size(replace(spec, name=f"{spec.name}[{max(indices)}]" if suffixed else spec.name), count)
     if not member_checked and not can_act_for_team(user, team):
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
-    names = [spec.name] if count == 1 else [f"{spec.name}[{index}]" for index in range(count)]
+    names = [f"{spec.name}[{index}]" for index in indices] if suffixed else [spec.name]
     pclass, template, max_s, chip = _validate(spec, team, now)
+    spec = _with_dependencies(spec, user)
     if job_insert.available():
         # The database names and numbers the copies; the same rows as the path below.
         # ``name[i]`` stripped is the name stripped on the left, then ``[i]``.
-        first_name = spec.name.strip() if count == 1 else spec.name.lstrip()
-        pattern = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=first_name)
-        made = job_insert.insert_array(pattern, _submitted_event(pattern, actor=user), count)
+        first_name = spec.name.lstrip() if suffixed else spec.name.strip()
+        pattern = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=first_name, array_limit=limit)
+        made = job_insert.insert_array(pattern, _submitted_event(pattern, actor=user), list(indices), suffixed)
         jobs = []
         for (pk, index, array_id), name in zip(made, names, strict=True):
-            job = _new_job(team, user, spec, now, pclass, template, max_s, chip, name=name.strip(), array_index=index)
+            job = _new_job(
+                team, user, spec, now, pclass, template, max_s, chip, name=name.strip(), array_index=index,
+                array_limit=limit,
+            )  # fmt: skip
             job.pk, job.array_id = pk, array_id
             job._state.adding = False
             job._state.db = connection.alias
             jobs.append(job)
         return jobs
     with transaction.atomic():
-        return _submit_array_orm(user, spec, now, names, (team, pclass, template, max_s, chip))
+        return _submit_array_orm(user, spec, now, list(zip(indices, names, strict=True)), limit,
+                                 (team, pclass, template, max_s, chip))  # fmt: skip
 
 
 def _submit_array_orm(
     user: AbstractBaseUser,
     spec: JobSpec,
     now: datetime,
-    names: list[str],
+    names: list[tuple[int, str]],
+    limit: int | None,
     checked: tuple[Team, str, VnpuTemplate | None, int | None, str],
 ) -> list[Job]:
     """``submit_array``'s writes through the ORM, for databases without INSERT in a CTE."""
     team, pclass, template, max_s, chip = checked
     jobs = [
-        _new_job(team, user, spec, now, pclass, template, max_s, chip, name=name.strip(), array_index=index)
-        for index, name in enumerate(names)
+        _new_job(
+            team,
+            user,
+            spec,
+            now,
+            pclass,
+            template,
+            max_s,
+            chip,
+            name=name.strip(),
+            array_index=index,
+            array_limit=limit,
+        )
+        for index, name in names
     ]
     first, rest = jobs[0], jobs[1:]
     first.save(force_insert=True)
@@ -440,8 +503,9 @@ def _new_job(
     *,
     name: str,
     array_index: int | None = None,
+    array_limit: int | None = None,
 ) -> Job:
-    """An unsaved pending job of a validated spec, as every submission path stores it."""
+    """An unsaved pending job of a validated spec (its ``depends_on`` resolved), as every submission path stores it."""
     return Job(
         team=team,
         submitter=user,
@@ -458,6 +522,8 @@ def _new_job(
         pending_reason="Submitted",
         pending_detail="waiting for the next scheduling tick",
         array_index=array_index,
+        array_limit=array_limit,
+        depends_on=str(spec.depends_on or ""),
         env=dict(spec.env or {}),
         cwd=spec.cwd or "",
         output=spec.output or "",
@@ -495,6 +561,38 @@ def cancel_job(job_id: int, *, actor: AbstractBaseUser | None, reason: str = "Ca
 
         transaction.on_commit(lambda: _queue_stop(tasks, job.pk))
     return job
+
+
+def cancel_waiting(cancels: dict[int, str], now: datetime, *, reason: str, version: int | None = None) -> list[int]:
+    """Cancel waiting jobs the scheduler gave up on (``Decisions.cancelled``), each with its detail; returns their ids.
+
+    For the tick, inside its transaction: a job whose dependencies can never be satisfied is
+    cancelled with reason ``DependencyNeverSatisfied`` (Slurm's ``kill_invalid_depend``). A waiting
+    job holds no devices, so nothing is stopped; one that is no longer waiting is left alone.
+    """
+    ids = list(Job.objects.filter(pk__in=list(cancels), state=Job.State.PENDING).values_list("pk", flat=True))
+    if not ids:
+        return []
+    Job.objects.filter(pk__in=ids, state=Job.State.PENDING).update(
+        state=Job.State.CANCELLED,
+        ended_at=now,
+        pending_reason="",
+        pending_detail="",
+        estimated_start=None,
+    )
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job_id=pk,
+            at=now,
+            from_state=Job.State.PENDING,
+            to_state=Job.State.CANCELLED,
+            reason=reason,
+            detail=cancels[pk][:500],
+            policy_version=version,
+        )
+        for pk in ids
+    )
+    return ids
 
 
 def _queue_stop(tasks: object, job_id: int) -> None:
@@ -570,7 +668,9 @@ def finish_job(
 
     Exit code 0 completes the job; anything else (a non-zero status, a negative
     one for a signal, none at all) fails it. ``reason`` overrides the event's
-    reason (``Walltime``, ``Killed``); any reason but ``Completed`` fails the job.
+    reason (``Walltime``, ``Killed``): ``Walltime`` ends the job ``timeout``,
+    ``OutOfMemory`` ``out_of_memory`` (:data:`END_STATES`), any other reason but
+    ``Completed`` fails it.
 
     The event is recorded now, after whatever the portal did while the end was on
     its way (a preemption scheduled, say), so the timeline keeps that order; the
@@ -581,7 +681,10 @@ def finish_job(
     if job is None or job.state != Job.State.RUNNING:
         return job
     reason = reason or ("Completed" if exit_code == 0 else "NonZeroExit")
-    state = Job.State.COMPLETED if exit_code == 0 and reason == "Completed" else Job.State.FAILED
+    if exit_code == 0 and reason == "Completed":
+        state = Job.State.COMPLETED
+    else:
+        state = END_STATES.get(reason, Job.State.FAILED)
     now = min(ended_at or timezone.now(), timezone.now())
     _end(
         job,
@@ -627,7 +730,8 @@ def requeue_job(
 
     Usage is charged only up to ``at`` (the failure time; default now, never
     before the job started): the allocations close there. A job that has used
-    up its retry budget fails instead, so a broken job cannot loop forever.
+    up its retry budget ends instead, so a broken job cannot loop forever: as
+    ``node_fail`` for a node's fault (:data:`REQUEUE_OUTCOMES`), else ``failed``.
     ``reported_at`` is the time an agent gave for the failure, kept on the event.
     """
     job = Job.objects.select_for_update().filter(pk=job_id).first()
@@ -640,7 +744,7 @@ def requeue_job(
     if count_retry and job.retries >= RETRY_BUDGET:
         _end(
             job,
-            Job.State.FAILED,
+            Job.State.NODE_FAIL if REQUEUE_OUTCOMES.get(reason) == Job.State.NODE_FAIL else Job.State.FAILED,
             at,
             reason=reason,
             detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up",

@@ -24,6 +24,7 @@ from scheduling.engine.policy import Policy
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Promise, Slot, Snapshot
 from scheduling.engine.snapshot import VnpuTemplate as EngineTemplate
 from scheduling.models import Allocation, Job, JobPromise
+from scheduling.services.dependencies import standings
 
 #: Usage older than this many half-lives weighs under 1/16 and is not read.
 USAGE_WINDOW_HALF_LIVES = 4
@@ -177,12 +178,18 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "pending_reason",
             "pending_detail",
             "est_ts",
+            "depends_on",
+            "array_id",
+            "array_limit",
         )
         .order_by("id")
     )
     running_state = Job.State.RUNNING
+    depending: list[tuple[int, str]] = []
+    array_limits: dict[int, tuple[str, int]] = {}
     for (job_id, team, user, pclass, ndev, tid, chip, submitted, est, max_s, started, deadline,
-         preempted_for, checkpoint, job_state, reason, detail, est_start) in raw_rows(rows):  # fmt: skip
+         preempted_for, checkpoint, job_state, reason, detail, est_start, depends_on, array_id,
+         array_limit) in raw_rows(rows):  # fmt: skip
         # Positional on purpose: this loop runs once per queued job on every tick.
         job = JobState(
             job_id,
@@ -201,6 +208,8 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             preempted_for,
             float(checkpoint) if checkpoint else None,
         )
+        if array_limit:
+            array_limits[job_id] = (array_id, array_limit)
         if job_state == running_state:
             job.slots = tuple(slots_by_job.get(job_id, ()))
             running.append(job)
@@ -208,6 +217,8 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
         else:
             pending.append(job)
             state.waiting[job_id] = (reason, detail, round(est_start) if est_start is not None else None)
+            if depends_on:
+                depending.append((job_id, depends_on))
 
     for job_id, devices, until in (
         JobPromise.objects.filter(job__state=Job.State.PENDING)
@@ -231,6 +242,9 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
         # Everything the nodes and devices above were built from: equal rows, equal inventory
         # (the engine then keeps its layout without reading the 8,000 devices of a large cluster).
         inventory_values=(node_rows, device_rows),
+        # Where the waiting jobs' dependencies stand (two queries, only when some job has any).
+        dependencies=standings(depending) if depending else None,
+        array_limits=array_limits or None,
     )
     return snapshot, state
 

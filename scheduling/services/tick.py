@@ -23,10 +23,12 @@ from django.utils import timezone
 from devices.services import inventory
 from devices.services.draining import mark_drained
 from quotas.services import active_policy
+from scheduling.engine import reasons
 from scheduling.engine.decide import decide
 from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
 from scheduling.engine.snapshot import Decisions, Snapshot
 from scheduling.models import Allocation, Job, JobEvent, JobPromise, TickRecord
+from scheduling.services.jobs import cancel_waiting
 from scheduling.services.snapshot import LoadedState, load_snapshot
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ class TickResult:
     evicted: list[int] = field(default_factory=list)
     #: Running jobs whose preemption was called off at its deadline (no waiting job needs them).
     called_off: list[int] = field(default_factory=list)
+    #: Waiting jobs cancelled because their dependencies can never be satisfied.
+    cancelled: list[int] = field(default_factory=list)
     waiting: int = 0
     policy_version: int | None = None
     duration_ms: float = 0.0
@@ -277,6 +281,11 @@ def _persist(
         )
         events += _events(decisions.evictions, now, new_state, "Preempted", "grace period over", version)
         result.evicted = list(decisions.evictions)
+
+    if decisions.cancelled:  # waiting jobs whose dependencies can never be satisfied
+        result.cancelled = cancel_waiting(
+            decisions.cancelled, now, reason=reasons.DEPENDENCY_NEVER_SATISFIED, version=version
+        )
 
     if decisions.called_off:
         Job.objects.filter(id__in=decisions.called_off, state=Job.State.RUNNING).update(

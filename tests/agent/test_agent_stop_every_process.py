@@ -187,7 +187,7 @@ def test_exit_reasons_in_words(tmp_path: Path) -> None:
         assert agent.wait_ended("three")["exit_reason"] == "exit code 3"
         assert agent.wait_ended("nine")["exit_reason"] == "killed by signal SIGKILL"
         stopped = agent.call("DELETE", "/v1/jobs/long?wait=60&reason=walltime").json()
-        assert stopped["exit_reason"] == "walltime exceeded"
+        assert stopped["exit_reason"] == "time limit reached"
         assert stopped["accelerator_memory"] is None  # the simulator prints no process table: not checked
     finally:
         agent.close()

@@ -160,3 +160,50 @@ def test_env_file_lines(tmp_path: Path) -> None:
     path.write_text("GOOD=1\nnot an assignment\n")
     with pytest.raises(ValueError, match="line 2"):
         read_env_file(path)
+
+
+def test_a_copy_of_an_array_is_told_which_it_is_by_slurms_names_and_ours() -> None:
+    from devices.agent.environment import identity_env
+
+    portal_job = {"id": 13, "name": "sweep[3]", "array": {"id": "A10", "index": 3, "count": 4, "min": 0, "max": 6}}
+    env = build(identity=identity_env(portal_job))
+    assert {k: v for k, v in env.items() if k.startswith(("SLURM_", "NPUPORTAL_ARRAY_"))} == {
+        "SLURM_JOB_ID": "13",
+        "SLURM_JOB_NAME": "sweep[3]",
+        "SLURM_ARRAY_JOB_ID": "10",  # the array's first job's id, as Slurm's
+        "SLURM_ARRAY_TASK_ID": "3",
+        "SLURM_ARRAY_TASK_COUNT": "4",
+        "SLURM_ARRAY_TASK_MIN": "0",
+        "SLURM_ARRAY_TASK_MAX": "6",
+        "NPUPORTAL_ARRAY_ID": "A10",
+        "NPUPORTAL_ARRAY_INDEX": "3",
+        "NPUPORTAL_ARRAY_COUNT": "4",
+    }
+    plain = build(identity=identity_env({"id": 12, "name": "train"}))
+    assert (plain["SLURM_JOB_ID"], plain["SLURM_JOB_NAME"]) == ("12", "train")
+    assert not any(k.startswith(("SLURM_ARRAY_", "NPUPORTAL_ARRAY_")) for k in plain)
+    assert identity_env(None) == {}, "a portal that sends none: nothing is added"
+
+
+@pytest.mark.parametrize(
+    ("portal_job", "words"),
+    [
+        ("12", "must be an object"),
+        ({"id": 0, "name": "x"}, "id must be the job's id"),
+        ({"id": 1, "name": "a\nb"}, "name must be printable text"),
+        ({"id": 1, "name": "x", "array": {"id": "B1"}}, "array must be an object whose id is an array id"),
+        ({"id": 1, "name": "x", "array": {"id": "A1", "index": -1, "count": 1, "min": 0, "max": 0}}, "array.index"),
+    ],
+)
+def test_a_malformed_portal_job_is_refused(portal_job: object, words: str) -> None:
+    from devices.agent.environment import identity_env
+
+    with pytest.raises(ValueError, match=words):
+        identity_env(portal_job)
+
+
+@pytest.mark.parametrize("name", ["SLURM_JOB_ID", "SLURM_ARRAY_TASK_ID", "NPUPORTAL_ARRAY_INDEX"])
+def test_the_identity_variables_are_the_agents_to_set(name: str) -> None:
+    assert reserved(name)
+    with pytest.raises(ValueError, match="set by the node agent"):
+        check_submitted_env({name: "7"})

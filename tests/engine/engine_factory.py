@@ -22,7 +22,7 @@ from scheduling.engine.policy import (
     Reservation,
     TeamPolicy,
 )
-from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, Snapshot, VnpuTemplate
+from scheduling.engine.snapshot import Dependencies, DeviceState, JobState, NodeState, Slot, Snapshot, VnpuTemplate
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 T0 = NOW.timestamp()
@@ -224,8 +224,10 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
                    checkpoint: 30m}]
         pending: [{id: 10, team: a, n: 4, cls: normal, submitted: -1m, est: 10m, chip: 910B4, vnpu: ...}]
         usage: {a/u: 10}
+        dependencies: {10: waits for job 3 to complete, 11: {never: job 4 failed}}
+        arrays: {A20: {limit: 2, jobs: [20, 21, 22]}}
         expect: {starts: {10: [n1/0, ...]} or [10, ...], waiting: {11: Resources},
-                 preemptions: [1], evictions: [2], estimated: {11: 3600}, backfilled: [12]}
+                 preemptions: [1], evictions: [2], estimated: {11: 3600}, backfilled: [12], cancelled: [13]}
     """
     p = doc.get("policy", {})
     class_specs: list[Any] = []
@@ -321,6 +323,17 @@ def load_scenario(doc: Mapping[str, Any]) -> tuple[Snapshot, Cluster, Mapping[st
         month=doc.get("month"),
         now=NOW + timedelta(seconds=float(doc.get("now", 0))),
     )
+    deps = doc.get("dependencies") or {}
+    if deps:
+        snap.dependencies = {
+            int(jid): Dependencies(True, d["never"]) if isinstance(d, Mapping) else Dependencies(False, str(d))
+            for jid, d in deps.items()
+        }
+    arrays = doc.get("arrays") or {}
+    if arrays:
+        snap.array_limits = {
+            int(jid): (name, int(a["limit"])) for name, a in arrays.items() for jid in a.get("jobs", [])
+        }
     return snap, cl, doc.get("expect", {})
 
 

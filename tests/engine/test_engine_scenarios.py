@@ -50,6 +50,9 @@ def test_scenario(path: Path) -> None:
             assert out.waiting[job_id].estimated_start == pytest.approx(T0 + offset)
     if "backfilled" in expect:
         assert sorted(j for j, s in started.items() if s.backfilled) == sorted(expect["backfilled"])
-    # Every pending job is either started or has a reason.
-    assert set(started) | set(out.waiting) == {j.id for j in snap.pending}
+    if "cancelled" in expect:
+        assert sorted(out.cancelled) == sorted(expect["cancelled"])
+    # Every pending job is either started, has a reason, or is cancelled (a dependency never satisfied).
+    assert set(started) | set(out.waiting) | set(out.cancelled) == {j.id for j in snap.pending}
     assert not set(started) & set(out.waiting)
+    assert not set(out.cancelled) & (set(started) | set(out.waiting))
