@@ -416,6 +416,7 @@ def _job_runs(api: Client, args: argparse.Namespace) -> int:
     if args.json:
         _json(job.get("runs", []))
         return OK
+    clock: Clock = args.clock
     rows = [
         (
             job["id"],
@@ -425,14 +426,14 @@ def _job_runs(api: Client, args: argparse.Namespace) -> int:
             elapsed(run),
             run["exit_code"],
             compress(run.get("nodes") or []),
-            when(run["started_at"]),
-            when(run["ended_at"]),
+            clock.when(run["started_at"]),
+            clock.when(run["ended_at"]),
             run.get("exit_reason") or "",
         )
         for run in job.get("runs", [])
     ]
     if not rows:
-        rows = [(job["id"], "", job["name"][:24], job["state"], "", None, "", "", when(job["ended_at"]), "")]
+        rows = [(job["id"], "", job["name"][:24], job["state"], "", None, "", "", clock.when(job["ended_at"]), "")]
     headers = ("JOBID", "RUN", "NAME", "STATE", "ELAPSED", "EXIT", "NODELIST", "START", "END", "HOW")
     _out(table(headers, rows, right=("JOBID", "RUN", "ELAPSED", "EXIT")))
     return OK

@@ -43,4 +43,8 @@ router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
 # Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
-urlpatterns = [path("clock/", ClockView.as_view(), name="clock"), path("me/", MeView.as_view(), name="me"), *router.urls]
+urlpatterns = [
+    path("clock/", ClockView.as_view(), name="clock"),
+    path("me/", MeView.as_view(), name="me"),
+    *router.urls,
+]

@@ -115,7 +115,7 @@ def test_npuctl_batch_honours_every_directive_and_runs_the_script(cluster, npuct
     """Issue 26, 3: the directives become the request (or are named, in one line), and the script runs on a node."""
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    earlier = Job.objects.filter(state=Job.State.COMPLETED).order_by("-pk").first()  # afterok: satisfied
+    earlier = Job.objects.filter(state=Job.State.COMPLETED, team__name="training").order_by("-pk").first()  # satisfied
     script = tmp_path / "sweep.sh"
     script.write_text(BATCH_SCRIPT.format(out=out_dir, after=earlier.pk))
     code, out, err = npuctl("batch", str(script), "first arg", "second")
