@@ -110,11 +110,11 @@ def _history(count: int, seed: int) -> None:
     weights = [w for _, w in STATES]
     classes = ["high", "normal", "normal", "normal", "low"]
     chips = ["910B4", "910B4", "910A", "310P3"]
-    cols = (
-        "team_id, submitter_id, name, command, priority_class, num_devices, chip_model, estimated_duration_s, "
-        "state, submitted_at, started_at, ended_at, pending_reason, pending_detail, retries, launched, "
-        "agent_job_id, array_id, env, cwd, output"
-    )
+    # Every concrete column is written: the ones a job's history varies are set below, the rest take the
+    # model's own default, so a column added to Job later cannot make this bulk load fail (COPY and the
+    # raw INSERT skip Django's defaults).
+    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     span = 60 * 86400.0
     offsets = sorted((rng.random() * span for _ in range(count)), reverse=True)
 
@@ -124,14 +124,19 @@ def _history(count: int, seed: int) -> None:
         submitted = now - timedelta(seconds=ago)
         started = submitted + timedelta(seconds=rng.expovariate(1 / 600.0)) if state != "pending" else None
         ended = started + timedelta(hours=rng.expovariate(1 / 3.0)) if started and state != "running" else None
-        reason = "Resources" if state == "pending" else ""
-        return (
-            team_id, user_id, f"hist-{i}", "python train.py", rng.choice(classes), rng.choice((1, 1, 2, 4, 8)),
-            rng.choice(chips), 3600, state, submitted, started, ended, reason, "", 0, state == "running", "", "",
-            "{}", "", "",
-        )  # fmt: skip
+        varied = {
+            "team_id": team_id, "submitter_id": user_id, "name": f"hist-{i}", "command": "python train.py",
+            "priority_class": rng.choice(classes), "num_devices": rng.choice((1, 1, 2, 4, 8)),
+            "chip_model": rng.choice(chips), "estimated_duration_s": 3600, "state": state,
+            "submitted_at": submitted, "started_at": started, "ended_at": ended,
+            "pending_reason": "Resources" if state == "pending" else "", "launched": state == "running",
+        }  # fmt: skip
+        return tuple(
+            f.get_db_prep_save(varied[f.attname] if f.attname in varied else f.get_default(), connection)
+            for f in fields
+        )
 
-    table = Job._meta.db_table
+    table = connection.ops.quote_name(Job._meta.db_table)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
@@ -139,10 +144,9 @@ def _history(count: int, seed: int) -> None:
                     copy.write_row(row(i, ago))
             cursor.execute("ANALYZE")
         return
-    adapt = connection.ops.adapt_datetimefield_value
-    marks = ", ".join(["%s"] * 21)
+    marks = ", ".join(["%s"] * len(fields))
     with transaction.atomic(), connection.cursor() as cursor:
-        rows = [tuple(adapt(v) if isinstance(v, datetime) else v for v in row(i, a)) for i, a in enumerate(offsets)]
+        rows = [row(i, a) for i, a in enumerate(offsets)]
         for start in range(0, len(rows), 20000):
             cursor.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", rows[start : start + 20000])
         cursor.execute("ANALYZE")
