@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from devices.executors.agents import describe_exit, outcome
 from devices.services.health import (
     DEGRADED,
     FAILED,
@@ -15,7 +16,6 @@ from devices.services.health import (
     classify,
     step,
 )
-from devices.services.polling import describe_exit, outcome
 
 T = Thresholds(warning_temp_c=85, degraded_temp_c=95, missed_polls=3, rejoin_polls=3)
 
