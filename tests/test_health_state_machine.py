@@ -105,5 +105,5 @@ def test_agent_outcomes() -> None:
         "NonZeroExit",
         "failed on the agent: could not start: x",
     )
-    assert describe_exit(-9) == "killed by SIGKILL (exit code -9)"
-    assert describe_exit(-99) == "killed by signal 99 (exit code -99)"
+    assert describe_exit(-9) == "killed by signal SIGKILL"
+    assert describe_exit(-99) == "killed by signal signal 99"

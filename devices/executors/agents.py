@@ -31,6 +31,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from devices.agent.exit_words import exit_words
 from devices.executors.base import CANCEL_GRACE_S, EVICT_GRACE_S, Observation, ServedNode, runs_ended
 from devices.models import Device, Node
 from devices.services import polling, rendezvous
@@ -54,7 +55,6 @@ from quotas.models import posix_account
 from scheduling import transitions
 from scheduling.launch_spec import array_shape, output_file
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.reason_text import signal_name
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,8 @@ def agent_job_id(job_id: int, attempt: int) -> str:
     return f"{job_id}.{attempt}"
 
 
-def describe_exit(code: int | None) -> str:
-    """``exit code 3``, ``killed by SIGKILL (exit code -9)``."""
-    if code is None:
-        return "no exit status"
-    if code < 0:
-        return f"killed by {signal_name(-code)} (exit code {code})"
-    return f"exit code {code}"
+#: An exit status in words, as everywhere (``devices.agent.exit_words``); the name this module gave it.
+describe_exit = exit_words
 
 
 def poll_all() -> PollSummary:
