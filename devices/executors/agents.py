@@ -42,13 +42,13 @@ from devices.services.polling import (
     PollSummary,
     SeenJobs,
     Stop,
-    _fetch,
-    _requeue,
-    _seen,
+    fetch,
     job_addresses,
     lock_cluster,
     parallel,
+    requeue_and_stop,
     running_jobs_on,
+    seen_jobs,
     stop_all,
 )
 from quotas.models import posix_account
@@ -122,8 +122,8 @@ def poll_all() -> PollSummary:
     summary = PollSummary()
     if not nodes:
         return summary
-    results = parallel(_fetch, [AgentAddress.of(n) for n in nodes])
-    seen = _seen(results)
+    results = parallel(fetch, [AgentAddress.of(n) for n in nodes])
+    seen = seen_jobs(results)
     actions = Actions()
     for node, result in zip(nodes, results, strict=True):
         summary.polled += 1
@@ -154,7 +154,7 @@ def apply_poll(
         lock_cluster()
         node, answered = polling.apply_health(result, summary, actions)
         if answered:
-            _reconcile_jobs(node, result, seen if seen is not None else _seen([result]), summary, actions)
+            _reconcile_jobs(node, result, seen if seen is not None else seen_jobs([result]), summary, actions)
     return actions
 
 
@@ -187,7 +187,7 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
             continue
         if state == "lost":
             lost_at = _when(record.get("ended_at"))
-            _requeue(
+            requeue_and_stop(
                 pk,
                 "LostOnAgent",
                 f"node {node.name} lost the process of run {run_id}: {record.get('reason') or 'no exit status'}",
@@ -215,7 +215,7 @@ def _reconcile_jobs(node: Node, result: PollResult, seen: SeenJobs, summary: Pol
             # with requeue), its retries untouched, and any other part of it is stopped.
             ended = _when(first.get("ended_at"))
             where = {a.node_id: a.name for a in job_addresses(pk)}.get(first_id, node.name)
-            _requeue(
+            requeue_and_stop(
                 pk,
                 "NodeFail",
                 f"node {where} stopped run {run_id} ({system}): the system ended it, not the job; "
@@ -390,7 +390,7 @@ def _forget(item: tuple[AgentAddress, int, str], summary: PollSummary) -> None:
             return
         if (job.agent_job_id or str(job_id)) != run_id:
             return
-        _requeue(
+        requeue_and_stop(
             job_id,
             "LostOnAgent",
             f"node {address.name} no longer knows run {run_id}",

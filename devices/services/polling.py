@@ -106,7 +106,7 @@ PollSummary = Observation
 SeenJobs = dict[str, dict[int, dict[str, Any]]]
 
 
-def _fetch(address: AgentAddress) -> PollResult:
+def fetch(address: AgentAddress) -> PollResult:
     at = timezone.now()
     client = AgentClient(address)
     try:
@@ -117,7 +117,7 @@ def _fetch(address: AgentAddress) -> PollResult:
     return PollResult(address.node_id, at, devices=devices, jobs=jobs)
 
 
-def _seen(results: Iterable[PollResult]) -> SeenJobs:
+def seen_jobs(results: Iterable[PollResult]) -> SeenJobs:
     seen: SeenJobs = defaultdict(dict)
     for result in results:
         for record in result.jobs or ():
@@ -178,7 +178,7 @@ def _apply_missed(
     # Its agent or the node went away, which says nothing of the job: no retry is counted.
     at = node.last_heartbeat or now
     for job_id in running_jobs_on(node.pk):
-        _requeue(
+        requeue_and_stop(
             job_id,
             "NodeUnreachable",
             f"node {node.name} stopped answering ({node.missed_polls} polls missed; last error: {result.error})",
@@ -297,7 +297,7 @@ def _apply_devices(
             .values_list("job_id", flat=True)
             .distinct()
         ):
-            _requeue(
+            requeue_and_stop(
                 job_id,
                 "DeviceFailed",
                 f"device {node.name}/{device.index} failed: {device.health_detail}",
@@ -321,7 +321,7 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _requeue(
+def requeue_and_stop(
     job_id: int,
     reason: str,
     detail: str,
