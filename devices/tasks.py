@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
-from devices.services.polling import poll_all
+from devices.executors import get_executor
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def poll_agents() -> dict[str, object]:
         log.info("an agent poll is still running; skipping this one")
         return {"skipped": True}
     try:
-        summary = poll_all()
+        summary = get_executor().observe()  # the agents: poll them all
     finally:
         cache.delete(POLL_LOCK)
     return {

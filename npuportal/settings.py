@@ -352,6 +352,9 @@ HEALTH_REJOIN_POLLS = _env_number("NPUPORTAL_HEALTH_REJOIN_POLLS", 3, whole=True
 #: Waiting jobs per tick given an estimated start by the planning pass after the decision
 #: (``scheduling.engine.estimate``; highest priority first, like Slurm's ``bf_max_job_test``). 0: none.
 ESTIMATE_MAX_JOBS = _env_number("NPUPORTAL_ESTIMATE_MAX_JOBS", 2000, whole=True)
+
+# What runs the jobs (devices.executors): "agents", the portal's node agents.
+NPUPORTAL_EXECUTOR = os.environ.get("NPUPORTAL_EXECUTOR", "agents").strip() or "agents"
 #: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
 ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.

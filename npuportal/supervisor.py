@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devices.agent.exit_words import signal_name
 from npuportal.demo_accounts import demo_job_flags
-from scheduling.reason_text import signal_name
 
 ROOT = Path(__file__).resolve().parent.parent
 COLOURS = ["36", "32", "35", "33", "34", "31", "96", "92", "95"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scheduling.membership import teams_of
 from scheduling.models import Job, JobEvent
 
 #: What a reader who may not know the other job reads.
@@ -28,8 +29,6 @@ class Viewer:
 
     @classmethod
     def of(cls, user: object) -> Viewer:
-        from scheduling.services.jobs import teams_of
-
         if not getattr(user, "is_authenticated", False):
             return cls(False, frozenset())
         if getattr(user, "is_staff", False):

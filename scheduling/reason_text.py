@@ -9,8 +9,9 @@ cause, a fresh submission) have theirs here. No code is in both, so each has one
 from __future__ import annotations
 
 import re
-import signal
 
+from devices.agent.exit_words import exit_words
+from devices.agent.exit_words import signal_name as signal_name  # where it lived before
 from scheduling.engine import reasons
 
 #: Waiting reasons the portal gives (not the engine): a job just submitted, or queued again after a fault.
@@ -90,19 +91,7 @@ def exit_reason(state: str, exit_code: int | None, end_reason: str | None = None
         return None
     if end_reason in _END_REASONS:
         return _END_REASONS[end_reason]
-    if exit_code is None:
-        return "no exit status"
-    if exit_code < 0:
-        return f"killed by signal {signal_name(-exit_code)}"
-    return f"exit code {exit_code}"
-
-
-def signal_name(number: int) -> str:
-    """``SIGKILL`` for 9; ``signal 99`` for a number with no name (the one rule of every exit text)."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+    return exit_words(exit_code)
 
 
 def reason_text(code: str) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from devices.services import polling
+from scheduling.executor_tasks import launch_job as launch_job  # registered there, named here as before
+from scheduling.executor_tasks import stop_job as stop_job
 from scheduling.services.tick import run_tick
 from scheduling.services.walltime import enforce_walltime as enforce_walltime_now
 
@@ -13,18 +14,6 @@ from scheduling.services.walltime import enforce_walltime as enforce_walltime_no
 def tick() -> dict[str, object]:
     result = run_tick()
     return {"started": len(result.started), "ms": round(result.duration_ms, 1), "policy": result.policy_version}
-
-
-@shared_task(name="scheduling.launch_job", ignore_result=True)
-def launch_job(job_id: int) -> bool:
-    """Send a started job to its agents. A failure is recorded (``LaunchFailed``) and retried by the next poll."""
-    return polling.launch(job_id)
-
-
-@shared_task(name="scheduling.stop_job", ignore_result=True)
-def stop_job(job_id: int, reason: str = "") -> None:
-    """Stop a cancelled or preempted job on its agents; the poll stops whatever this misses."""
-    polling.stop(job_id, reason)
 
 
 @shared_task(name="scheduling.enforce_walltime", ignore_result=True)

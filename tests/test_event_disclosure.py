@@ -147,7 +147,7 @@ def test_completed_with_an_earlier_agent_end_time_is_still_last_and_shows_that_t
 
 
 def test_a_refused_launch_does_not_name_the_other_teams_run_holding_the_device(reclaimed, api) -> None:
-    from devices.services.polling import scrub_holder
+    from devices.executors.agents import scrub_holder
 
     borrower, reclaim = reclaimed["borrower"], reclaimed["reclaim"]
     refusal = f"ascend-a-01: POST /v1/jobs: HTTP 409 device 3 is in use by job {borrower}.1"

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from django.utils import timezone
 
-from devices.services.polling import outcome
+from devices.executors.agents import outcome
 from npuctl.main import main as npuctl_main
 from quotas.models import Team
 from scheduling.models import Job, JobEvent

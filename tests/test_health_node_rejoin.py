@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from devices.executors.agents import apply_poll
 from devices.models import HealthEvent, Node
-from devices.services.polling import PollResult, apply_poll
+from devices.services.polling import PollResult
 from quotas.services import active_policy
 from scheduling.services.snapshot import load_snapshot
 

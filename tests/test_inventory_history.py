@@ -15,10 +15,11 @@ from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from devices.executors.agents import apply_poll, poll_all
 from devices.models import Device, InventoryEvent, Node
 from devices.services import inventory, operations, registration
 from devices.services.overview import cluster_overview
-from devices.services.polling import PollResult, apply_poll, poll_all
+from devices.services.polling import PollResult
 from quotas.services import active_policy
 from scheduling.services.feasibility import inventory as feasibility_inventory
 from scheduling.services.snapshot import load_snapshot

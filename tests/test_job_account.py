@@ -14,8 +14,8 @@ import time
 import pytest
 from django.test import Client
 
+from devices.executors.agents import reported_account
 from devices.models import Node
-from devices.services.polling import reported_account
 from npuctl.main import runs_as
 from scheduling.models import Job
 from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, submit, tick

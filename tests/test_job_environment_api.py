@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 
 from devices.agent.environment import MAX_ENV_BYTES, MAX_ENV_VARS
+from devices.executors.agents import launch_payload
 from devices.models import Device
-from devices.services.polling import launch_payload
 from quotas.models import UserProfile, posix_account
 from scheduling.models import Allocation, Job
 

@@ -10,8 +10,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from devices.executors import agents as polling
 from devices.models import HealthEvent, Node
-from devices.services import polling
 from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import RETRY_BUDGET, cancel_job
 from scheduling.services.walltime import enforce_walltime

@@ -193,7 +193,7 @@ def open_devices(job: Any) -> list[Any]:
 
 
 def poll() -> Any:
-    from devices.services.polling import poll_all
+    from devices.executors.agents import poll_all
 
     return poll_all()
 

@@ -13,8 +13,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from devices.executors.agents import apply_poll, outcome, stopped_by_system
 from devices.models import Node
-from devices.services.polling import PollResult, apply_poll, outcome, stopped_by_system
+from devices.services.polling import PollResult
 from quotas.models import Team
 from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import RETRY_BUDGET, JobSpec, submit_job

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from devices.executors.agents import first_failed_part
 from devices.services import rendezvous
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
-from devices.services.polling import first_failed_part
 
 A = AgentAddress(1, "ascend-b4-01", "http://10.0.0.11:8471", "t" * 16)
 B = AgentAddress(2, "ascend-b4-02", "http://10.0.0.12:8471", "t" * 16)

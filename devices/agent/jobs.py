@@ -35,6 +35,7 @@ from devices.agent.accounts import ACCOUNT_NAME_RE, JOB_UMASK, NO_HOME_CWD, Acco
 from devices.agent.backends import Backend, DeviceUse, ProcessTable
 from devices.agent.environment import JobSetup, build_job_env, check_submitted_env, identity_env
 from devices.agent.errors import ApiError
+from devices.agent.exit_words import exit_words
 from devices.agent.output_budget import CHECK_INTERVAL_S as OUTPUT_CHECK_INTERVAL_S
 from devices.agent.output_budget import OutputLedger, RunningOutput
 from devices.agent.rendezvous import RendezvousService, parse_rendezvous
@@ -455,13 +456,6 @@ def read_log(path: Path, *, offset: int | None = None, tail: int | None = None) 
     }
 
 
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def exit_reason(job: Job) -> str:
     """Why the job ended, in words: ``exit code 3``, ``killed by signal SIGKILL``, ``out of memory``,
     ``time limit reached``, ``preempted``, ``cancelled``, ``node lost``.
@@ -479,22 +473,8 @@ def exit_reason(job: Job) -> str:
             return "cancelled"
         return f"stopped ({job.stop_reason})"
     if code is None:
-        return "node lost (no exit status)"
-    if code < 0:
-        return f"killed by signal {signal_name(-code)}"
-    return f"exit code {code}"
-
-
-def _describe_exit(code: int) -> str | None:
-    if code == 0:
-        return None
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
-    return f"exited with status {code}"
+        return f"node lost ({exit_words(None)})"
+    return exit_words(code)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1127,7 +1107,7 @@ class JobManager:
             )
         else:
             job.state = "succeeded" if code == 0 else "failed"
-            job.reason = _describe_exit(code)
+            job.reason = None if code == 0 else exit_words(code)  # a success needs no reason
 
     def _prune(self, now: float) -> None:
         """Forget finished jobs older than the retention period, with their logs."""

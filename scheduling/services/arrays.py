@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
-from django.db.models import Count, Max, Min
 
-from scheduling.models import Job
+from scheduling.launch_spec import array_shape as array_shape  # where it lived before
 
 #: Highest index of a copy (Slurm's MaxArraySize is a bound of the same kind).
 MAX_INDEX = 1_000_000
@@ -75,11 +74,3 @@ def parse_array(value: object) -> tuple[list[int], int | None]:
 def _check_count(count: int) -> None:
     if count > settings.MAX_ARRAY:
         raise ArrayError(f"asks for {count:,} copies; at most {settings.MAX_ARRAY:,} in one array")
-
-
-def array_shape(array_id: str) -> tuple[int, int, int]:
-    """``(copies, lowest index, highest index)`` of an array: what each copy is told at launch."""
-    found = Job.objects.filter(array_id=array_id).aggregate(
-        n=Count("id"), low=Min("array_index"), high=Max("array_index")
-    )
-    return int(found["n"] or 0), int(found["low"] or 0), int(found["high"] or 0)

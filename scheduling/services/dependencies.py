@@ -34,6 +34,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count
 
 from scheduling.engine.snapshot import Dependencies
+from scheduling.membership import teams_of
 from scheduling.models import Job
 
 #: Dependency types, Slurm's names; what each waits for, in words.
@@ -115,8 +116,6 @@ def resolve(value: object, user: AbstractBaseUser) -> str:
     written = parse(value)
     if not written:
         return ""
-    from scheduling.services.jobs import teams_of
-
     visible = Job.objects.all()
     if not user.is_staff:
         visible = visible.filter(team_id__in=teams_of(user))

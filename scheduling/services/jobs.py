@@ -1,4 +1,4 @@
-"""Job use cases: submit, cancel, finish, requeue. Each owns its transaction and events.
+"""Job use cases: submit and cancel, each owning its transaction; the state changes are ``scheduling.transitions``.
 
 The API, the console, the admin and the CLI all come through here, so a rule
 (who may submit what, how a cancel is recorded) is written once.
@@ -14,47 +14,32 @@ from datetime import datetime
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from devices.agent.environment import check_submitted_env, env_bytes
 from devices.models import Device, Node, VnpuTemplate
-from devices.services.draining import mark_drained
 from npuportal import row_reads
 from npuportal.limits import in_words
 from quotas.models import Membership, Team
 from quotas.services import active_policy
+from scheduling import transitions
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
 from scheduling.engine.words import duration_words
-from scheduling.models import Allocation, Job, JobEvent
+from scheduling.membership import can_act_for_team
+from scheduling.membership import teams_of as teams_of  # where it lived before
+from scheduling.models import Job
 from scheduling.services import feasibility, job_insert
+from scheduling.services.dependencies import DependencyError, resolve
 
 log = logging.getLogger(__name__)
 
 #: Upper bound on any duration, so a typo of extra zeros is caught (one year).
 MAX_DURATION_S = 366 * 86400
-#: Launch failures or lost jobs tolerated before a job is failed for good.
-RETRY_BUDGET = 3
-
-#: The state a run's end gives its job, by the end's event reason, when it is not a success or a
-#: plain failure: Slurm's TIMEOUT and OUT_OF_MEMORY. Any other reason but ``Completed`` fails it.
-END_STATES = {
-    "Walltime": Job.State.TIMEOUT,
-    "OutOfMemory": Job.State.OUT_OF_MEMORY,
-}
-#: What a run the portal took off its nodes and queued again ended as, by the requeue's reason:
-#: the run's own outcome (``scheduling.services.runs``); the job itself is ``pending`` again. When
-#: the retry budget is used up, ``node_fail`` ends the job (Slurm's NODE_FAIL without requeue).
-REQUEUE_OUTCOMES = {
-    "Preempted": Job.State.PREEMPTED,
-    "NodeFail": Job.State.NODE_FAIL,
-    "NodeUnreachable": Job.State.NODE_FAIL,
-    "LostOnAgent": Job.State.NODE_FAIL,
-    "DeviceFailed": Job.State.NODE_FAIL,
-    "LaunchFailed": Job.State.NODE_FAIL,
-}
+#: What a transition writes lives in ``scheduling.transitions``; these names stay importable from here.
+RETRY_BUDGET = transitions.RETRY_BUDGET
+END_STATES = transitions.END_STATES
+REQUEUE_OUTCOMES = transitions.REQUEUE_OUTCOMES
 
 
 class SubmissionError(ValueError):
@@ -119,15 +104,6 @@ def check_run_settings(spec: JobSpec) -> None:
         setattr(spec, name, value)
     if spec.output.endswith("/"):
         raise SubmissionError("output", "must name a file, not a directory")
-
-
-def teams_of(user: AbstractBaseUser) -> list[int]:
-    """Ids of the teams ``user`` belongs to (unordered: no join for the memberships' default ordering)."""
-    return list(Membership.objects.filter(user=user).order_by().values_list("team_id", flat=True))
-
-
-def can_act_for_team(user: AbstractBaseUser, team: Team) -> bool:
-    return bool(user.is_staff) or Membership.objects.filter(user=user, team=team).exists()
 
 
 def submission_team(user: AbstractBaseUser, name: str | None) -> Team:
@@ -381,8 +357,6 @@ def submit_job(
 
 def _with_dependencies(spec: JobSpec, user: AbstractBaseUser) -> JobSpec:
     """``spec`` with its ``depends_on`` checked for ``user`` and in its stored form (``SubmissionError`` naming it)."""
-    from scheduling.services.dependencies import DependencyError, resolve
-
     try:
         return replace(spec, depends_on=resolve(spec.depends_on, user))
     except DependencyError as exc:
@@ -487,7 +461,7 @@ def _submit_array_orm(
         ids = dict(Job.objects.filter(array_id=array_id).values_list("array_index", "id"))
         for job in rest:
             job.pk = ids[job.array_index]
-    JobEvent.objects.bulk_create(_submitted_event(job, actor=user) for job in jobs)
+    transitions.record_submissions(jobs, actor=user)
     return jobs
 
 
@@ -530,257 +504,22 @@ def _new_job(
     )
 
 
-def record_submission(job: Job, *, actor: AbstractBaseUser | None) -> None:
-    _submitted_event(job, actor=actor).save()
-
-
-def _submitted_event(job: Job, *, actor: AbstractBaseUser | None) -> JobEvent:
-    return JobEvent(
-        job=job,
-        at=job.submitted_at or timezone.now(),
-        from_state="",
-        to_state=Job.State.PENDING,
-        reason="Submitted",
-        actor=actor,
-    )
+#: The job-state transitions, under the names the callers know (``scheduling.transitions`` writes them).
+record_submission = transitions.record_submission
+_submitted_event = transitions.submitted_event
+finish_job = transitions.finish
+fail_job = transitions.fail
+requeue_job = transitions.requeue
+cancel_waiting = transitions.cancel_waiting_many
 
 
 @transaction.atomic
 def cancel_job(job_id: int, *, actor: AbstractBaseUser | None, reason: str = "Cancelled by user") -> Job:
-    """Cancel a pending or running job; its devices are free at the next tick."""
+    """Cancel a pending or running job; its devices are free at the next tick, its run is stopped after the commit."""
     job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
     if actor is not None and not can_act_for_team(actor, job.team):
         raise PermissionDenied("not your team's job")
     if job.is_final:
         raise SubmissionError("state", f"job is already {job.state}")
-    was_running = job.state == Job.State.RUNNING
-    now = timezone.now()
-    _end(job, Job.State.CANCELLED, now, reason="Cancelled", detail=reason, actor=actor)
-    if was_running:
-        from scheduling import tasks
-
-        transaction.on_commit(lambda: _queue_stop(tasks, job.pk))
-    return job
-
-
-def cancel_waiting(cancels: dict[int, str], now: datetime, *, reason: str, version: int | None = None) -> list[int]:
-    """Cancel waiting jobs the scheduler gave up on (``Decisions.cancelled``), each with its detail; returns their ids.
-
-    For the tick, inside its transaction: a job whose dependencies can never be satisfied is
-    cancelled with reason ``DependencyNeverSatisfied`` (Slurm's ``kill_invalid_depend``). A waiting
-    job holds no devices, so nothing is stopped; one that is no longer waiting is left alone.
-    """
-    ids = list(Job.objects.filter(pk__in=list(cancels), state=Job.State.PENDING).values_list("pk", flat=True))
-    if not ids:
-        return []
-    Job.objects.filter(pk__in=ids, state=Job.State.PENDING).update(
-        state=Job.State.CANCELLED,
-        ended_at=now,
-        pending_reason="",
-        pending_detail="",
-        estimated_start=None,
-    )
-    JobEvent.objects.bulk_create(
-        JobEvent(
-            job_id=pk,
-            at=now,
-            from_state=Job.State.PENDING,
-            to_state=Job.State.CANCELLED,
-            reason=reason,
-            detail=cancels[pk][:500],
-            policy_version=version,
-        )
-        for pk in ids
-    )
-    return ids
-
-
-def _queue_stop(tasks: object, job_id: int) -> None:
-    """Ask a worker to stop the job on its agents now; best effort, the cancel itself is committed.
-
-    One try, no retries: with the broker down this runs inside the API call, which must answer at
-    once (the agent poll stops a cancelled job that is still running anyway).
-    """
-    try:
-        tasks.stop_job.apply_async((job_id, "Cancelled"), retry=False)  # type: ignore[attr-defined]
-    except Exception:
-        log.warning("could not queue stop of job %s; the agent poll will stop it", job_id, exc_info=True)
-
-
-def _end(
-    job: Job,
-    state: str,
-    now: datetime,
-    *,
-    reason: str,
-    detail: str = "",
-    actor: AbstractBaseUser | None = None,
-    exit_code: int | None = None,
-    reported_at: datetime | None = None,
-) -> None:
-    old = job.state
-    # Never before an allocation's start, even when ``now`` is a failure time in the past.
-    Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(now)))
-    mark_drained()  # the last job of a draining node ends: the node is drained
-    job.state = state
-    job.ended_at = now
-    job.pending_reason = ""
-    job.pending_detail = ""
-    job.estimated_start = None
-    job.preempt_deadline = None
-    job.preempted_for = None
-    if exit_code is not None:
-        job.exit_code = exit_code
-    job.save(
-        update_fields=[
-            "state",
-            "ended_at",
-            "pending_reason",
-            "pending_detail",
-            "estimated_start",
-            "preempt_deadline",
-            "preempted_for",
-            "exit_code",
-        ]
-    )
-    JobEvent.objects.create(
-        job=job,
-        at=now,
-        reported_at=reported_at,
-        from_state=old,
-        to_state=state,
-        reason=reason,
-        detail=detail[:500],
-        actor=actor,
-    )
-
-
-@transaction.atomic
-def finish_job(
-    job_id: int,
-    *,
-    exit_code: int | None,
-    ended_at: datetime | None = None,
-    detail: str = "",
-    reason: str | None = None,
-) -> Job | None:
-    """Record the end of a running job as reported by its agent. Idempotent.
-
-    Exit code 0 completes the job; anything else (a non-zero status, a negative
-    one for a signal, none at all) fails it. ``reason`` overrides the event's
-    reason (``Walltime``, ``Killed``): ``Walltime`` ends the job ``timeout``,
-    ``OutOfMemory`` ``out_of_memory`` (:data:`END_STATES`), any other reason but
-    ``Completed`` fails it.
-
-    The event is recorded now, after whatever the portal did while the end was on
-    its way (a preemption scheduled, say), so the timeline keeps that order; the
-    agent's end time is its ``reported_at``, and ``at`` (where usage stops) is that
-    time, never in the future nor before the start.
-    """
-    job = Job.objects.select_for_update().filter(pk=job_id).first()
-    if job is None or job.state != Job.State.RUNNING:
-        return job
-    reason = reason or ("Completed" if exit_code == 0 else "NonZeroExit")
-    if exit_code == 0 and reason == "Completed":
-        state = Job.State.COMPLETED
-    else:
-        state = END_STATES.get(reason, Job.State.FAILED)
-    now = min(ended_at or timezone.now(), timezone.now())
-    _end(
-        job,
-        state,
-        max(now, job.started_at or now),
-        reason=reason,
-        detail=detail or f"exit code {exit_code}",
-        exit_code=exit_code,
-        reported_at=ended_at,
-    )
-    return job
-
-
-@transaction.atomic
-def fail_job(job_id: int, *, reason: str, detail: str, at: datetime | None = None) -> Job | None:
-    """Fail a running job for good, with ``reason`` and ``detail`` in its event: no retry, no requeue.
-
-    For what no retry can change, such as a launch its agent refuses as too large:
-    requeued, it would only be refused again on every node it lands on.
-    """
-    job = Job.objects.select_for_update().filter(pk=job_id).first()
-    if job is None or job.state != Job.State.RUNNING:
-        return job
-    now = timezone.now()
-    at = min(at or now, now)
-    if job.started_at is not None:
-        at = max(at, job.started_at)
-    _end(job, Job.State.FAILED, at, reason=reason, detail=detail)
-    return job
-
-
-@transaction.atomic
-def requeue_job(
-    job_id: int,
-    *,
-    reason: str,
-    detail: str = "",
-    count_retry: bool = True,
-    at: datetime | None = None,
-    reported_at: datetime | None = None,
-) -> Job | None:
-    """Take a running job off its devices and queue it again, keeping its submit time.
-
-    Usage is charged only up to ``at`` (the failure time; default now, never
-    before the job started): the allocations close there. A job that has used
-    up its retry budget ends instead, so a broken job cannot loop forever: as
-    ``node_fail`` for a node's fault (:data:`REQUEUE_OUTCOMES`), else ``failed``.
-    ``reported_at`` is the time an agent gave for the failure, kept on the event.
-    """
-    job = Job.objects.select_for_update().filter(pk=job_id).first()
-    if job is None or job.state != Job.State.RUNNING:
-        return job
-    now = timezone.now()
-    at = min(at or now, now)
-    if job.started_at is not None:
-        at = max(at, job.started_at)
-    if count_retry and job.retries >= RETRY_BUDGET:
-        _end(
-            job,
-            Job.State.NODE_FAIL if REQUEUE_OUTCOMES.get(reason) == Job.State.NODE_FAIL else Job.State.FAILED,
-            at,
-            reason=reason,
-            detail=f"{detail}; retry budget ({RETRY_BUDGET}) used up",
-            reported_at=reported_at,
-        )
-        return job
-    Allocation.objects.filter(job=job, end__isnull=True).update(end=Greatest(F("start"), Value(at)))
-    mark_drained()
-    job.state = Job.State.PENDING
-    job.started_at = None
-    job.launched = False
-    job.preempt_deadline = None
-    job.preempted_for = None
-    job.pending_reason = reason
-    job.pending_detail = detail[:300]
-    if count_retry:
-        job.retries += 1
-    job.save(
-        update_fields=[
-            "state",
-            "started_at",
-            "launched",
-            "preempt_deadline",
-            "preempted_for",
-            "pending_reason",
-            "pending_detail",
-            "retries",
-        ]
-    )
-    JobEvent.objects.create(
-        job=job,
-        at=at,
-        reported_at=reported_at,
-        from_state=Job.State.RUNNING,
-        to_state=Job.State.PENDING,
-        reason=reason,
-        detail=detail[:500],
-    )
+    transitions.cancel(job, actor=actor, detail=reason)
     return job

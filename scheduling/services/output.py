@@ -18,7 +18,7 @@ from typing import Any
 from devices.agent.jobs import log_lines
 from devices.models import Node
 from devices.services.agent_client import AgentClient, AgentError
-from quotas.models import posix_account
+from scheduling.launch_spec import output_file as output_file  # where it lived before
 from scheduling.models import Allocation, Job, JobOutput
 
 log = logging.getLogger(__name__)
@@ -51,29 +51,6 @@ def runs_of(job: Job) -> list[Run]:
 
 
 #: sbatch's file name patterns an output path may hold (``--output=logs/%x-%j.out``).
-_OUTPUT_PATTERN = re.compile(r"%(.)")
-
-
-def output_file(job: Job, node: str) -> str:
-    """The job's ``output`` path for its launch on ``node``, sbatch's patterns filled in.
-
-    ``%j`` the job id, ``%x`` its name, ``%u`` the account it runs as, ``%A`` its array's first
-    job id (its own id outside an array), ``%a`` its array index (``0`` outside an array),
-    ``%N`` the node, ``%%`` a ``%``. Any other ``%`` is left as written. Each part of a
-    multi-node job writes its own node's file when the path holds ``%N``.
-    """
-    if "%" not in job.output:
-        return job.output
-    values = {
-        "j": str(job.pk),
-        "x": job.name.replace("/", "_"),
-        "u": posix_account(job.submitter),
-        "A": job.array_id.removeprefix("A") if job.array_id else str(job.pk),
-        "a": str(job.array_index or 0),
-        "N": node,
-        "%": "%",
-    }
-    return _OUTPUT_PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), job.output)
 
 
 def run_id(job_id: int, attempt: int) -> str:

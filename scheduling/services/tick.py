@@ -23,18 +23,17 @@ from django.utils import timezone
 from devices.services import inventory
 from devices.services.draining import mark_drained
 from quotas.services import active_policy
+from scheduling import transitions
+from scheduling.cluster_lock import TICK_LOCK_KEY as TICK_LOCK_KEY  # where it lived before
+from scheduling.cluster_lock import lock_cluster as _lock_cluster
 from scheduling.engine import reasons
 from scheduling.engine.decide import decide
 from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
 from scheduling.engine.snapshot import Decisions, Snapshot
 from scheduling.models import Allocation, Job, JobEvent, JobPromise, TickRecord
-from scheduling.services.jobs import cancel_waiting
 from scheduling.services.snapshot import LoadedState, load_snapshot
 
 log = logging.getLogger(__name__)
-
-#: Arbitrary constant naming the tick's advisory lock on PostgreSQL.
-TICK_LOCK_KEY = 0x6E7075_7469636B  # "npu" "tick"
 
 
 @dataclass
@@ -54,12 +53,6 @@ class TickResult:
     estimate_ms: float = 0.0
     load_ms: float = 0.0
     persist_ms: float = 0.0
-
-
-def _lock_cluster() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TICK_LOCK_KEY])
 
 
 def _dt(ts: float | None) -> datetime | None:
@@ -131,9 +124,6 @@ def _run_tick(now: datetime | None) -> TickResult:
             preemptions=len(result.preempted),
             evictions=len(result.evicted),
         )
-        if result.started or result.evicted:
-            started, evicted = list(result.started), list(result.evicted)
-            transaction.on_commit(lambda: _dispatch(started, evicted))
     return result
 
 
@@ -157,27 +147,6 @@ def _estimate_due(now: datetime) -> bool:
         .first()
     )
     return last is None or not 0 <= (now - last).total_seconds() < interval
-
-
-def _dispatch(started: list[int], evicted: list[int]) -> None:
-    """Hand the decisions to the node agents; a broker that is down loses nothing.
-
-    The database already says what must run where, and the agent poll
-    re-sends launches that never reached an agent, so a failed enqueue here
-    only delays the launch.
-    """
-    from scheduling import tasks
-
-    try:
-        # Stops first; a launch does not count on it, though: before it is sent, whatever still
-        # runs on its devices is stopped and awaited (``polling.launch_many``), since workers run
-        # these tasks in any order.
-        for job_id in evicted:
-            tasks.stop_job.delay(job_id, "Preempted")
-        for job_id in started:
-            tasks.launch_job.delay(job_id)
-    except Exception:
-        log.warning("could not queue agent calls; the agent poll will retry", exc_info=True)
 
 
 def adapt(value: datetime | None) -> object:
@@ -229,24 +198,6 @@ def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
         )
 
 
-def _events(
-    job_ids: list[int], now: datetime, to_state: str, reason: str, detail: str, version: int | None
-) -> list[JobEvent]:
-    """One event per running job the tick moved (to ``to_state``: evicted, or called off)."""
-    return [
-        JobEvent(
-            job_id=job_id,
-            at=now,
-            from_state=Job.State.RUNNING,
-            to_state=to_state,
-            reason=reason,
-            detail=detail,
-            policy_version=version,
-        )
-        for job_id in job_ids
-    ]
-
-
 def _persist(
     snapshot: Snapshot,
     loaded: LoadedState,
@@ -267,43 +218,22 @@ def _persist(
     # Evictions first: their devices are what some starts below were promised.
     if decisions.evictions:
         requeue = policy.on_preempt == "requeue"
-        Allocation.objects.filter(job_id__in=decisions.evictions, end__isnull=True).update(end=now)
-        new_state = Job.State.PENDING if requeue else Job.State.PREEMPTED
-        Job.objects.filter(id__in=decisions.evictions, state=Job.State.RUNNING).update(
-            state=new_state,
-            started_at=None if requeue else now,
-            ended_at=None if requeue else now,
-            preempt_deadline=None,
-            preempted_for=None,
-            launched=False,
-            pending_reason="Preempted" if requeue else "",
-            pending_detail="requeued after preemption" if requeue else "",
-        )
-        events += _events(decisions.evictions, now, new_state, "Preempted", "grace period over", version)
+        transitions.evict_many(decisions.evictions, now, requeue=requeue, version=version, events=events)
         result.evicted = list(decisions.evictions)
 
     if decisions.cancelled:  # waiting jobs whose dependencies can never be satisfied
-        result.cancelled = cancel_waiting(
+        result.cancelled = transitions.cancel_waiting_many(
             decisions.cancelled, now, reason=reasons.DEPENDENCY_NEVER_SATISFIED, version=version
         )
 
     if decisions.called_off:
-        Job.objects.filter(id__in=decisions.called_off, state=Job.State.RUNNING).update(
-            preempt_deadline=None, preempted_for=None
-        )
-        events += _events(
-            decisions.called_off,
-            now,
-            Job.State.RUNNING,
-            "PreemptionCalledOff",
-            "the job it was preempted for no longer waits, and no other job needs its devices",
-            version,
-        )
+        transitions.call_off_many(decisions.called_off, now, version=version, events=events)
         result.called_off = list(decisions.called_off)
 
     if decisions.starts:
-        allocations: list[Allocation] = []
+        starts: list[transitions.Start] = []
         for start in decisions.starts:
+            allocations: list[Allocation] = []
             for slot in start.slots:
                 share = 1.0
                 tid = None
@@ -322,49 +252,17 @@ def _persist(
                         start=now,
                     )
                 )
-            detail = "backfilled" if start.backfilled else ""
-            events.append(
-                JobEvent(
-                    job_id=start.job_id,
-                    at=now,
-                    from_state=Job.State.PENDING,
-                    to_state=Job.State.RUNNING,
-                    reason="Scheduled",
-                    detail=detail,
-                    policy_version=version,
-                )
-            )
-        Allocation.objects.bulk_create(allocations)
-        Job.objects.filter(id__in=[s.job_id for s in decisions.starts], state=Job.State.PENDING).update(
-            state=Job.State.RUNNING,
-            started_at=now,
-            pending_reason="",
-            pending_detail="",
-            estimated_start=None,
-            launched=False,
-        )
+            starts.append(transitions.Start(start.job_id, allocations, start.backfilled))
+        transitions.start_many(starts, now, version=version, events=events)
         result.started = [s.job_id for s in decisions.starts]
 
-    for pre in decisions.preemptions:
-        deadline = _dt(pre.grace_deadline)
-        Job.objects.filter(id=pre.job_id, state=Job.State.RUNNING, preempt_deadline__isnull=True).update(
-            preempt_deadline=deadline, preempted_for=pre.for_job
-        )
-        # The job it is for is stored, not written into the detail: who may read which job
-        # it is depends on who reads (``scheduling.disclosure``).
-        events.append(
-            JobEvent(
-                job_id=pre.job_id,
-                at=now,
-                from_state=Job.State.RUNNING,
-                to_state=Job.State.RUNNING,
-                reason="PreemptionScheduled",
-                detail=pre.reason[:500],
-                other_job_id=pre.for_job,
-                policy_version=version,
-            )
-        )
-        result.preempted.append(pre.job_id)
+    transitions.schedule_preemptions(
+        [transitions.Preemption(p.job_id, _dt(p.grace_deadline), p.for_job, p.reason) for p in decisions.preemptions],
+        now,
+        version=version,
+        events=events,
+    )
+    result.preempted.extend(p.job_id for p in decisions.preemptions)
 
     _persist_promises(loaded, decisions)
 
@@ -384,5 +282,4 @@ def _persist(
     if changed:
         _write_waits(changed)
     result.waiting = len(decisions.waiting)
-    if events:
-        JobEvent.objects.bulk_create(events)
+    transitions.record_events(events)

@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from devices.services.polling import EVICT_GRACE_S, Stop, job_addresses, lock_cluster, stop_all
+from devices.executors import EVICT_GRACE_S, get_executor
 from npuportal.display_time import clock_text
+from scheduling import transitions
+from scheduling.cluster_lock import lock_cluster
 from scheduling.models import Job
-from scheduling.services.jobs import finish_job
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def enforce_walltime(now: datetime | None = None) -> list[int]:
     """Fail and stop every running job past its maximum duration; returns their ids."""
     now = now or timezone.now()
     ended: list[int] = []
-    stops: list[Stop] = []
+    stops: list[int] = []
     for job_id in overdue(now):
         with transaction.atomic():
             lock_cluster()
@@ -45,21 +46,20 @@ def enforce_walltime(now: datetime | None = None) -> list[int]:
             deadline = job.started_at + timedelta(seconds=job.max_duration_s)
             if deadline > now:
                 continue
-            addresses = job_addresses(job_id)
-            run_id = job.agent_job_id or (str(job_id) if job.launched else "")
-            finish_job(
+            sent = bool(job.agent_job_id or job.launched)
+            transitions.time_out(
                 job_id,
-                exit_code=None,
-                ended_at=now,
-                reason="Walltime",
+                at=now,
                 detail=f"ran past its maximum duration of {job.max_duration_s} s "
                 f"(limit reached {clock_text(deadline, 's')}); stopped by the portal",
             )
         ended.append(job_id)
-        if run_id:
-            stops.extend(Stop(a, run_id, EVICT_GRACE_S, "walltime") for a in addresses)
+        if sent:
+            stops.append(job_id)
         log.warning(
             "job %s passed its maximum duration of %s s; failed with reason Walltime", job_id, job.max_duration_s
         )
-    stop_all(stops)
+    executor = get_executor()
+    for job_id in stops:  # after the transactions: these are calls to the executor
+        executor.stop(job_id, grace_s=EVICT_GRACE_S, cause="walltime")
     return ended

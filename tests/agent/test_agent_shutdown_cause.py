@@ -1,6 +1,6 @@
 """What the agent's record says of a run it stopped at its own shutdown (``--stop-jobs-on-exit``).
 
-The portal requeues such a run instead of failing it (devices/services/polling.py, ``stopped_by_system``),
+The portal requeues such a run instead of failing it (devices/executors/agents.py, ``stopped_by_system``),
 so the record must tell it apart from a run the job ended itself and from one the portal asked to stop.
 Real jobs (``/bin/sh -c``) under a job manager in this process.
 """

@@ -1,0 +1,76 @@
+"""What runs jobs is chosen by ``NPUPORTAL_EXECUTOR`` and reached only through ``get_executor()``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from devices import executors
+from devices import tasks as device_tasks
+from devices.executors import CANCEL_GRACE_S, EVICT_GRACE_S, Executor, Observation, ServedNode, get_executor
+from devices.executors.agents import AgentExecutor
+from scheduling import executor_tasks
+
+
+class FakeExecutor:
+    """A second executor: it records what the portal asks of it."""
+
+    name = "fake"
+    calls: list[tuple[object, ...]] = []
+
+    def launch(self, job_ids: Iterable[int]) -> dict[int, bool]:
+        ids = list(job_ids)
+        self.calls.append(("launch", ids))
+        return dict.fromkeys(ids, True)
+
+    def stop(self, job_id: int, *, grace_s: float, cause: str) -> None:
+        self.calls.append(("stop", job_id, grace_s, cause))
+
+    def observe(self) -> Observation:
+        self.calls.append(("observe",))
+        return Observation(polled=2, finished=[7])
+
+    def inventory(self) -> list[ServedNode]:
+        return [ServedNode("f1", (0, 1))]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, settings) -> FakeExecutor:
+    monkeypatch.setitem(executors.EXECUTORS, "fake", f"{__name__}.FakeExecutor")
+    settings.NPUPORTAL_EXECUTOR = "fake"
+    executors._executor.cache_clear()
+    FakeExecutor.calls = []
+    yield get_executor()  # type: ignore[misc]
+    executors._executor.cache_clear()
+
+
+def test_the_agents_are_the_default_executor(settings) -> None:
+    settings.NPUPORTAL_EXECUTOR = "agents"
+    executor = get_executor()
+    assert isinstance(executor, AgentExecutor) and isinstance(executor, Executor)
+    assert executor.name == "agents"
+
+
+def test_an_unknown_executor_is_named_in_the_error(settings) -> None:
+    settings.NPUPORTAL_EXECUTOR = "nope"
+    with pytest.raises(ValueError, match=r"nope.*agents"):
+        get_executor()
+
+
+def test_the_portal_reaches_only_the_executor_the_settings_name(fake: FakeExecutor) -> None:
+    assert isinstance(fake, Executor)
+    assert executor_tasks.launch_job(5) is True
+    executor_tasks.stop_job(5, "Cancelled")
+    executor_tasks.stop_job(6, "Preempted")
+    assert FakeExecutor.calls == [
+        ("launch", [5]),
+        ("stop", 5, CANCEL_GRACE_S, "Cancelled"),
+        ("stop", 6, EVICT_GRACE_S, "Preempted"),
+    ]
+
+
+def test_the_poll_task_observes_through_the_executor(fake: FakeExecutor) -> None:
+    result = device_tasks.poll_agents()
+    assert FakeExecutor.calls == [("observe",)]
+    assert result["polled"] == 2 and result["finished"] == 1
