@@ -42,7 +42,7 @@ class DisplayZoneMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(NOT_CONSOLE):
             return self.get_response(request)
-        from npuportal.api_errors import DATABASE_DOWN, database_down
+        from npuportal.api.error_handling import DATABASE_DOWN, database_down
         from scheduling.engine.policy import zone
 
         try:

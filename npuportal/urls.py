@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from npuportal import api_errors
+from npuportal.api import error_handling
 from npuportal.health import healthz
 from npuportal.metrics import metrics
 from quotas import signin
@@ -42,14 +42,14 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("reports/", include("quotas.report_urls")),
     path("api/v1/reports/", include("quotas.api_reports_urls")),
-    path("api/v1/", include("npuportal.api_urls")),
+    path("api/v1/", include("npuportal.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
 ]
 
 # Under /api/ these answer the API's JSON error shape; elsewhere Django's pages (or our templates).
-handler400 = api_errors.bad_request
-handler403 = api_errors.permission_denied
-handler404 = api_errors.page_not_found
-handler500 = api_errors.server_error
+handler400 = error_handling.bad_request
+handler403 = error_handling.permission_denied
+handler404 = error_handling.page_not_found
+handler500 = error_handling.server_error

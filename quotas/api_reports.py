@@ -22,10 +22,10 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from npuportal.api.errors import error_responses
 from npuportal.csv_export import csv_text
 from quotas.accounting.exports import statement_dict, to_csv
 from quotas.accounting.statements import previous_month
-from quotas.api.errors import error_responses
 from quotas.models import Statement
 from quotas.report_views import is_finance, led_teams, visible_statement
 from quotas.services import active_policy

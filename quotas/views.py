@@ -252,7 +252,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
     Both answer with a redirect, so reloading the page never makes a second token:
     a new key waits in the session for the next view of the page and is dropped there.
     """
-    from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
+    from npuportal.api.authentication import TokenLimitReached, issue_token, revoke_token
     from quotas.models import ApiToken
 
     error = ""

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from npuctl.main import main
-from quotas.api.authentication import issue_token
+from npuportal.api.authentication import issue_token
 from quotas.models import AuditEvent, Policy
 from scheduling.models import Job
 from tests.waiting import ceiling

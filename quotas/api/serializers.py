@@ -12,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from npuportal import api_fields as fields
+from npuportal.api import fields
 from quotas.models import ApiToken, Membership, Policy, Team
 from quotas.team_policy import MAX_COMMENT_CHARS, MAX_DEVICE_UNITS, MAX_SHARES, read_amount
 

@@ -15,13 +15,13 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from npuportal.api_errors import Conflict
-from npuportal.api_parsers import FormatSuffixes
+from npuportal.api.authentication import TokenLimitReached, issue_token, revoke_token
+from npuportal.api.error_handling import Conflict
+from npuportal.api.errors import error_response, error_responses
+from npuportal.api.parsers import FormatSuffixes
+from npuportal.api.permissions import ADMIN, LEAD, IsAdmin, require_lead, visible_teams
 from quotas.accounting.statements import team_cost
-from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
-from quotas.api.errors import error_response, error_responses
 from quotas.api.filtersets import PolicyFilterSet, TeamFilterSet
-from quotas.api.permissions import ADMIN, LEAD, IsAdmin, require_lead, visible_teams
 from quotas.api.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,

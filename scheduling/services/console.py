@@ -14,7 +14,7 @@ from django import forms
 from django.http import QueryDict
 from django.utils import timezone
 
-from npuportal.api_pagination import InvalidCursor, Keyset
+from npuportal.api.pagination import InvalidCursor, Keyset
 from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
 from scheduling.filters import JOB_ORDERING, JobFilterSet, visible_jobs
 from scheduling.models import Job

@@ -22,7 +22,7 @@ from rest_framework.authentication import TokenAuthentication, get_authorization
 from rest_framework.request import Request
 
 from npuportal import row_reads
-from quotas.api import token_throttle
+from npuportal.api import token_throttle
 from quotas.models import ApiToken
 
 KEY_PREFIX = "npu_"
@@ -59,7 +59,7 @@ def revoke_token(token: ApiToken) -> None:
 class ApiTokenAuthentication(TokenAuthentication):
     """``Token npu_…`` keys from :class:`ApiToken`; any other key is looked up as a DRF authtoken.
 
-    Tokens that fail are counted per client address (:mod:`quotas.api.token_throttle`): past the
+    Tokens that fail are counted per client address (:mod:`npuportal.api.token_throttle`): past the
     limit, the address gets 429 for any token until the period ends, so keys cannot be guessed.
     """
 
