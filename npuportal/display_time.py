@@ -28,7 +28,7 @@ FORMATS = {"": "%Y-%m-%d %H:%M", "s": "%Y-%m-%d %H:%M:%S", "time": "%H:%M:%S"}
 
 def policy_zone_name() -> str:
     """The active policy's ``timezone`` (the built-in defaults' when none was ever applied)."""
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
 
     return active_policy().policy.timezone
 

@@ -141,7 +141,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "npuportal.display_time.clock",
-                "quotas.roles.menu",
+                "quotas.tenancy.roles.menu",
             ],
             # ``{{ t|when }}``: a time in the display zone with its zone's name, on every page.
             "builtins": ["npuportal.display_time"],
@@ -197,7 +197,7 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # (not later, each time the attacker tries again) and a stored attempt row stops growing at the limit.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
-AXES_LOCKOUT_CALLABLE = "quotas.signin.lockout_response"
+AXES_LOCKOUT_CALLABLE = "quotas.access.signin.lockout_response"
 #: Reverse proxies in front of the web server; 0 counts the connection's address, never X-Forwarded-For.
 TRUSTED_PROXY_COUNT = _env_number("NPUPORTAL_TRUSTED_PROXIES", 0, whole=True)
 AXES_CLIENT_IP_CALLABLE = "npuportal.client_ip.client_address"

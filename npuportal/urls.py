@@ -6,8 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from npuportal.api import error_handling
 from npuportal.health import healthz
 from npuportal.metrics import metrics
-from quotas import signin
-from quotas import views as policy_console
+from quotas.access import signin
+from quotas.access import views as access_console
+from quotas.policies import views as policy_console
 from scheduling import views as console
 
 urlpatterns = [
@@ -28,7 +29,7 @@ urlpatterns = [
     path("live/cluster/", console.cluster_live, name="live-cluster"),
     path("live/nodes/<str:name>/", console.node_detail_live, name="live-node-detail"),
     path("quota/", policy_console.team_quota, name="console-team-quota"),
-    path("tokens/", policy_console.api_tokens, name="console-api-tokens"),
+    path("tokens/", access_console.api_tokens, name="console-api-tokens"),
     path("teams/", policy_console.team_list, name="console-teams"),
     path("teams/<slug:name>/", policy_console.team_edit, name="console-team-edit"),
     path("policy/", policy_console.policy_editor, name="console-policy-editor"),
@@ -40,8 +41,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
-    path("reports/", include("quotas.report_urls")),
-    path("api/v1/reports/", include("quotas.api_reports_urls")),
+    path("reports/", include("quotas.accounting.urls")),
+    path("api/v1/reports/", include("quotas.api.report_urls")),
     path("api/v1/", include("npuportal.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -63,3 +63,23 @@ def test_the_api_plumbing_lives_in_npuportal_api() -> None:
         if name.startswith(gone) or name.startswith("npuportal.api_")
     ]
     assert offenders == []
+
+
+#: What stays at the root of ``quotas/``: Django's own entry points and a benchmark documented as
+#: ``python -m quotas.bench_reports_browser``. Everything else belongs to a domain package.
+QUOTAS_ROOT = {"__init__.py", "admin.py", "apps.py", "bench_reports_browser.py"}
+QUOTAS_DOMAINS = {"access", "accounting", "api", "management", "migrations", "models", "policies", "tenancy"}
+
+
+def test_quotas_is_grouped_by_domain() -> None:
+    root = ROOT / "quotas"
+    assert {p.name for p in root.glob("*.py")} == QUOTAS_ROOT
+    assert {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"} == QUOTAS_DOMAINS
+
+
+def test_celery_finds_the_moved_tasks_under_their_registered_names() -> None:
+    """Beat entries and queued messages name ``quotas.record_usage`` and ``quotas.close_month``."""
+    from npuportal.celery import app
+
+    app.loader.import_default_modules()
+    assert {"quotas.record_usage", "quotas.close_month"} <= set(app.tasks)

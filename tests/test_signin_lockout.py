@@ -26,7 +26,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from npuportal.api import token_throttle
-from npuportal.api.authentication import issue_token
+from quotas.access.tokens import issue_token
 from quotas.models import AuditEvent
 from tests.browser import ROOT, page, requires_chromium  # noqa: F401 - page is a fixture
 from tests.conftest import requires_redis

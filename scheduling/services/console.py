@@ -95,7 +95,7 @@ def filter_form(filters: JobFilterSet, user: object) -> list[forms.BoundField]:
     """
     from devices.models import Device
     from quotas.models import Team
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
 
     form = filters.form
     fields = form.fields

@@ -24,7 +24,7 @@ from devices.services.draining import mark_drained
 from npuportal import row_reads
 from npuportal.limits import in_words
 from quotas.models import Membership, Team
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
 from scheduling.engine.words import duration_words

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from devices.services import inventory
 from devices.services.draining import mark_drained
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine import reasons
 from scheduling.engine.decide import decide
 from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts
