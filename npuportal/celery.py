@@ -11,6 +11,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "npuportal.settings")
 app = Celery("npuportal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Tasks kept in a domain package of an app (their registered names do not change with the module).
+app.autodiscover_tasks(["quotas.accounting"])
 
 
 @app.on_after_finalize.connect
@@ -40,7 +42,7 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.enforce_walltime", expires=max(settings.AGENT_POLL_INTERVAL_S * 3, 10.0)),
         name="walltime backstop",
     )
-    # Usage accounting (quotas/tasks.py): records of closed allocations and budget alerts every minute,
+    # Usage accounting (quotas/accounting/tasks.py): records of closed allocations and budget alerts every minute,
     # and the monthly chargeback close at 00:30 on the 1st (the task waits for the policy clock's month end).
     from celery.schedules import crontab
 

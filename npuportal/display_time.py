@@ -28,7 +28,7 @@ FORMATS = {"": "%Y-%m-%d %H:%M", "s": "%Y-%m-%d %H:%M:%S", "time": "%H:%M:%S"}
 
 def policy_zone_name() -> str:
     """The active policy's ``timezone`` (the built-in defaults' when none was ever applied)."""
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
 
     return active_policy().policy.timezone
 
@@ -42,7 +42,7 @@ class DisplayZoneMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(NOT_CONSOLE):
             return self.get_response(request)
-        from npuportal.api_errors import DATABASE_DOWN, database_down
+        from npuportal.api.error_handling import DATABASE_DOWN, database_down
         from scheduling.engine.policy import zone
 
         try:

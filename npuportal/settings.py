@@ -108,8 +108,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost: under /api/ no HTML error page gets past it (npuportal.api_errors).
-    "npuportal.api_errors.ApiErrorMiddleware",
+    # Outermost: under /api/ no HTML error page gets past it (npuportal.api.error_handling).
+    "npuportal.api.error_handling.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -127,7 +127,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "npuportal.urls"
 #: A failed CSRF check answers JSON under /api/, Django's page elsewhere.
-CSRF_FAILURE_VIEW = "npuportal.api_errors.csrf_failure"
+CSRF_FAILURE_VIEW = "npuportal.api.error_handling.csrf_failure"
 WSGI_APPLICATION = "npuportal.wsgi.application"
 
 TEMPLATES = [
@@ -141,7 +141,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "npuportal.display_time.clock",
-                "quotas.roles.menu",
+                "quotas.tenancy.roles.menu",
             ],
             # ``{{ t|when }}``: a time in the display zone with its zone's name, on every page.
             "builtins": ["npuportal.display_time"],
@@ -197,7 +197,7 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # (not later, each time the attacker tries again) and a stored attempt row stops growing at the limit.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
-AXES_LOCKOUT_CALLABLE = "quotas.signin.lockout_response"
+AXES_LOCKOUT_CALLABLE = "quotas.access.signin.lockout_response"
 #: Reverse proxies in front of the web server; 0 counts the connection's address, never X-Forwarded-For.
 TRUSTED_PROXY_COUNT = _env_number("NPUPORTAL_TRUSTED_PROXIES", 0, whole=True)
 AXES_CLIENT_IP_CALLABLE = "npuportal.client_ip.client_address"
@@ -403,19 +403,19 @@ if int(API_BAD_TOKEN_RATE.partition("/")[0]) < 1:  # 0 would refuse every token,
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # `Token npu_…` keys (several per user, see /api/v1/tokens/), else DRF's authtoken keys.
-        "quotas.api.authentication.ApiTokenAuthentication",
+        "npuportal.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "npuportal.api_pagination.LimitOffsetPagination",
-    # JSON bodies only, bounded in size and depth; an unknown ?format= is a 400 (npuportal.api_parsers).
-    "DEFAULT_PARSER_CLASSES": ["npuportal.api_parsers.JSONParser"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "npuportal.api_parsers.ContentNegotiation",
+    "DEFAULT_PAGINATION_CLASS": "npuportal.api.pagination.LimitOffsetPagination",
+    # JSON bodies only, bounded in size and depth; an unknown ?format= is a 400 (npuportal.api.parsers).
+    "DEFAULT_PARSER_CLASSES": ["npuportal.api.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "npuportal.api.parsers.ContentNegotiation",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "npuportal.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "npuportal.api.error_handling.exception_handler",
     # The throttles' client address: the same rule as the sign-in locks (npuportal/client_ip.py).
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     # Counted in the cache (Redis when REDIS_URL is set), so shared by all workers.
@@ -441,13 +441,13 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # PATCH bodies keep their required fields (a team change needs its comment).
     "COMPONENT_SPLIT_PATCH": False,
-    # Every error an operation can answer, in the one error shape (npuportal.api_schema).
+    # Every error an operation can answer, in the one error shape (npuportal.api.schema).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "npuportal.api_schema.document_errors",
+        "npuportal.api.schema.document_errors",
     ],
-    # Docstrings of shared bases (npuportal.api_parsers.FormatSuffixes) describe code, not operations.
-    "GET_LIB_DOC_EXCLUDES": "npuportal.api_schema.doc_excludes",
+    # Docstrings of shared bases (npuportal.api.parsers.FormatSuffixes) describe code, not operations.
+    "GET_LIB_DOC_EXCLUDES": "npuportal.api.schema.doc_excludes",
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "devices.models.Node.State",

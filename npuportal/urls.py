@@ -3,11 +3,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from npuportal import api_errors
+from npuportal.api import error_handling
 from npuportal.health import healthz
 from npuportal.metrics import metrics
-from quotas import signin
-from quotas import views as policy_console
+from quotas.access import signin
+from quotas.access import views as access_console
+from quotas.policies import views as policy_console
 from scheduling import views as console
 
 urlpatterns = [
@@ -28,7 +29,7 @@ urlpatterns = [
     path("live/cluster/", console.cluster_live, name="live-cluster"),
     path("live/nodes/<str:name>/", console.node_detail_live, name="live-node-detail"),
     path("quota/", policy_console.team_quota, name="console-team-quota"),
-    path("tokens/", policy_console.api_tokens, name="console-api-tokens"),
+    path("tokens/", access_console.api_tokens, name="console-api-tokens"),
     path("teams/", policy_console.team_list, name="console-teams"),
     path("teams/<slug:name>/", policy_console.team_edit, name="console-team-edit"),
     path("policy/", policy_console.policy_editor, name="console-policy-editor"),
@@ -40,16 +41,16 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
-    path("reports/", include("quotas.report_urls")),
-    path("api/v1/reports/", include("quotas.api_reports_urls")),
-    path("api/v1/", include("npuportal.api_urls")),
+    path("reports/", include("quotas.accounting.urls")),
+    path("api/v1/reports/", include("quotas.api.report_urls")),
+    path("api/v1/", include("npuportal.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
 ]
 
 # Under /api/ these answer the API's JSON error shape; elsewhere Django's pages (or our templates).
-handler400 = api_errors.bad_request
-handler403 = api_errors.permission_denied
-handler404 = api_errors.page_not_found
-handler500 = api_errors.server_error
+handler400 = error_handling.bad_request
+handler403 = error_handling.permission_denied
+handler404 = error_handling.page_not_found
+handler500 = error_handling.server_error

@@ -6,7 +6,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from quotas import signin
+from quotas.access import signin
 from quotas.models import ApiToken, AuditEvent, Department, Membership, Policy, Team, UserProfile, posix_account
 
 

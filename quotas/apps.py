@@ -8,6 +8,6 @@ class QuotasConfig(AppConfig):
     def ready(self) -> None:
         from axes.signals import user_locked_out
 
-        from quotas.signin import record_lockout
+        from quotas.access.signin import record_lockout
 
-        user_locked_out.connect(record_lockout, dispatch_uid="quotas.signin.record_lockout")
+        user_locked_out.connect(record_lockout, dispatch_uid="quotas.access.signin.record_lockout")

@@ -72,7 +72,7 @@ def _site() -> dict[str, Any]:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
     from django.contrib.sessions.backends.db import SessionStore
 
-    from quotas.api.authentication import issue_token
+    from quotas.access.tokens import issue_token
     from quotas.models import Membership, Team
     from scheduling.demo import seed
 

@@ -42,7 +42,7 @@ def _cluster() -> dict[str, Any]:
     from devices.models import Device, Node
     from quotas.accounting.demo import default_rate_card
     from quotas.models import Department, Membership, Team
-    from quotas.services import create_version
+    from quotas.policies.versions import create_version
 
     dept = Department.objects.create(name="ai-lab")
     # A million allocations a month of ~3 h each is ~3 million device-hours: a cluster of ~4800 cards.
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     from quotas.accounting.reports import report_data
     from quotas.accounting.statements import close_month
     from quotas.models import Statement, Team
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
     from scheduling.services.usage import month_of
 
     def say(text: str) -> None:

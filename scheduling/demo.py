@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from devices.models import Device, Node, VnpuTemplate
 from quotas.models import Department, Membership, Policy, Team
-from quotas.roles import FINANCE_GROUP
-from quotas.services import create_version
+from quotas.policies.versions import create_version
+from quotas.tenancy.roles import FINANCE_GROUP
 from scheduling.models import Allocation, Job, JobEvent
 
 DEMO_POLICY = settings.BASE_DIR / "examples" / "policies" / "demo.yaml"
@@ -145,7 +145,7 @@ def seed(*, with_agents: bool = True, policy_text: str | None = None) -> dict[st
             user = User.objects.create_user(username, f"{username}@example.com", passwords[username])
         Membership.objects.get_or_create(user=user, team=teams[name], defaults={"role": Membership.Role.LEAD})
     if not User.objects.filter(username="finance").exists():
-        # Reports, statements and rate cards of every team; no team, so no jobs (quotas/roles.py).
+        # Reports, statements and rate cards of every team; no team, so no jobs (quotas/tenancy/roles.py).
         passwords["finance"] = secrets.token_urlsafe(9)
         finance = User.objects.create_user("finance", "finance@example.com", passwords["finance"])
         finance.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
@@ -184,7 +184,7 @@ def registration_time(now: datetime) -> datetime:
     then was in the inventory before any job ran on it, and chargeback counts it from then.
     """
     from quotas.accounting.statements import previous_month
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
     from scheduling.services.usage import month_of
 
     return month_of(active_policy().policy, now, previous_month(now)).start

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django_filters.fields import IsoDateTimeField
 
-from npuportal import api_filters
+from npuportal.api import filters as api_filters
 from quotas.models import Team
 from scheduling.models import Job
 from scheduling.services import jobs as job_service

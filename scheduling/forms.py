@@ -19,7 +19,7 @@ from devices.models import Device, VnpuTemplate
 from npuctl.batch import ScriptError, read_script
 from npuctl.durations import format_duration, parse_duration
 from quotas.models import Team
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.services.jobs import MAX_DURATION_S, JobSpec
 
 DURATION_HELP = "Like 2h, 30m, 1h30m, 90s, 1d, 2:00:00 (HH:MM:SS), 1-12:00 (D-HH:MM), or plain seconds."

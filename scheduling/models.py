@@ -111,7 +111,7 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
-        # Lists page newest first by (submitted_at, id) with no COUNT (npuportal/api_pagination.py):
+        # Lists page newest first by (submitted_at, id) with no COUNT (npuportal/api/pagination.py):
         # each index below is that ordering behind the filters lists use, so a page is one range scan.
         # (team, state, …) also serves the per-team counts of pending and running jobs.
         indexes = [

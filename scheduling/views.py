@@ -23,8 +23,8 @@ from devices.services.health import Thresholds
 from devices.services.overview import cluster_overview, node_cards
 from npuportal.confirmation import confirmation_page, confirmed
 from quotas.models import AuditEvent, Membership, Team, posix_account
-from quotas.roles import admin_required, job_user_required, roles_of
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
+from quotas.tenancy.roles import admin_required, job_user_required, roles_of
 from scheduling.engine.policy import quota_at, zone
 from scheduling.filters import visible_jobs
 from scheduling.forms import JobSubmitForm

@@ -137,14 +137,14 @@ def isolated_api_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """
     from rest_framework.throttling import SimpleRateThrottle
 
-    from quotas import services
-    from quotas.api import token_throttle
+    from npuportal.api import token_throttle
+    from quotas.policies import versions
 
     monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
     monkeypatch.setattr(token_throttle, "KEY_FORMAT", f"bad-token-{uuid.uuid4().hex}-%(ident)s-%(window)d")
-    services._cache.clear()
+    versions._cache.clear()
     yield
-    services._cache.clear()
+    versions._cache.clear()
 
 
 @pytest.fixture

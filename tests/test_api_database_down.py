@@ -132,7 +132,7 @@ def _fail(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("a bug")
 
 
-handler500 = "npuportal.api_errors.server_error"
+handler500 = "npuportal.api.error_handling.server_error"
 urlpatterns = [
     path("api/plain-db/", _query_a_dead_database),
     path("console-db/", _query_a_dead_database),

@@ -14,7 +14,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
-from npuportal import api_errors
+from npuportal.api import error_handling
 
 HUGE = "9223372036854775808"  # 2**63: one past PostgreSQL's bigint
 
@@ -115,7 +115,7 @@ def test_csrf_failure_with_a_session_is_403_json(demo, user_factory, isolated_ap
     assert_error(client.post("/api/v1/tokens/", {"name": "x"}, content_type="application/json"), 403)
     # Django's CsrfViewMiddleware answers through CSRF_FAILURE_VIEW (no view under /api/ leaves it the check)
     request = RequestFactory().post("/api/v1/tokens/")
-    body = assert_error(api_errors.csrf_failure(request, "CSRF cookie not set."), 403)
+    body = assert_error(error_handling.csrf_failure(request, "CSRF cookie not set."), 403)
     assert body["error"] == "CSRF check failed: CSRF cookie not set."
     # outside the API, the console keeps Django's page
     page = client.post("/jobs/new/", {})
@@ -167,14 +167,14 @@ def test_an_unhandled_exception_is_500_json_under_the_api(admin, monkeypatch) ->
 def test_the_handlers_answer_json_under_the_api_and_pages_elsewhere() -> None:
     factory = RequestFactory()
     api, console = factory.get("/api/v1/jobs/"), factory.get("/jobs/")
-    assert api_errors.server_error(api).status_code == 500
-    assert api_errors.server_error(api)["Content-Type"] == "application/json"
-    assert api_errors.server_error(console)["Content-Type"].startswith("text/html")
-    assert api_errors.page_not_found(console, None)["Content-Type"].startswith("text/html")
-    assert api_errors.csrf_failure(console, "no token")["Content-Type"].startswith("text/html")
-    assert api_errors.permission_denied(api, None).status_code == 403
-    assert api_errors.bad_request(api, None)["Content-Type"] == "application/json"
-    assert api_errors.bad_request(api, RequestDataTooBig("too big")).status_code == 413
+    assert error_handling.server_error(api).status_code == 500
+    assert error_handling.server_error(api)["Content-Type"] == "application/json"
+    assert error_handling.server_error(console)["Content-Type"].startswith("text/html")
+    assert error_handling.page_not_found(console, None)["Content-Type"].startswith("text/html")
+    assert error_handling.csrf_failure(console, "no token")["Content-Type"].startswith("text/html")
+    assert error_handling.permission_denied(api, None).status_code == 403
+    assert error_handling.bad_request(api, None)["Content-Type"] == "application/json"
+    assert error_handling.bad_request(api, RequestDataTooBig("too big")).status_code == 413
 
 
 def test_the_middleware_turns_any_html_error_under_the_api_into_the_shape() -> None:
@@ -185,7 +185,7 @@ def test_the_middleware_turns_any_html_error_under_the_api_into_the_shape() -> N
         page["Allow"] = "GET"
         return page
 
-    middleware = api_errors.ApiErrorMiddleware(html_page)
+    middleware = error_handling.ApiErrorMiddleware(html_page)
     answer = middleware(RequestFactory().get("/api/v1/nodes/"))
     assert answer.status_code == 502 and json.loads(answer.content) == {"error": "bad gateway", "field": None}
     assert answer["Allow"] == "GET"

@@ -14,7 +14,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from devices.models import Device, Node
-from quotas.api.authentication import issue_token
+from quotas.access.tokens import issue_token
 from quotas.models import Policy, Team
 from scheduling.models import Job
 

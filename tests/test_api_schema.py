@@ -206,16 +206,16 @@ def fuzz_users(live_server, demo, user_factory, monkeypatch):
     from rest_framework.authtoken.models import Token
     from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
 
-    from quotas import services
+    from quotas.policies import versions
 
     monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "1000000/min")
     monkeypatch.setitem(AnonRateThrottle.THROTTLE_RATES, "anon", "1000000/min")
-    services._cache.clear()
+    versions._cache.clear()
     admin = user_factory("fuzz-admin", staff=True)
     lead = user_factory("fuzz-lead", team="training", role="lead")
     yield {"admin": Token.objects.create(user=admin).key, "lead": Token.objects.create(user=lead).key}
-    services._cache.clear()
+    versions._cache.clear()
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import time_machine
 
 from devices.models import Device, Node
 from quotas.models import Team
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.models import Allocation, Job
 from scheduling.services.usage import UsageError, devices_in_use, month_of, team_usage
 
@@ -27,7 +27,7 @@ def _isolated(isolated_api_state):
 @pytest.fixture
 def site(db, user_factory):
     """A tiny cluster and team under a policy on Shanghai's clock (UTC+8)."""
-    from quotas.services import create_version
+    from quotas.policies.versions import create_version
 
     node = Node.objects.create(name="n1")
     devices = {

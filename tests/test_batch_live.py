@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from npuctl.main import main
-from quotas.api.authentication import issue_token
+from quotas.access.tokens import issue_token
 from scheduling.models import Job
 from tests.test_lifecycle_harness import cluster, eager_celery, poll, submit, tick
 

@@ -16,7 +16,7 @@ from quotas.accounting import records
 from quotas.accounting.records import record_closed_allocations
 from quotas.accounting.statements import close_month, compute_month
 from quotas.models import Rate, Statement, UsageRecord
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.models import Allocation, Job
 from scheduling.services.jobs import finish_job, requeue_job
 from tests.test_chargeback_harness import at, lines_of, make_card, total_of, world  # noqa: F401 - world is a fixture
@@ -127,7 +127,7 @@ def test_a_retried_sweep_never_counts_an_interval_twice(world) -> None:  # noqa:
     records._write(policy, Allocation.objects.all())
     records._write(policy, Allocation.objects.all())
     assert UsageRecord.objects.count() == 5
-    from quotas.tasks import record_usage
+    from quotas.accounting.tasks import record_usage
 
     record_usage()
     record_usage()

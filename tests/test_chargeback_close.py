@@ -55,7 +55,7 @@ def test_closing_twice_is_a_no_op(world) -> None:  # noqa: F811
 
 
 def test_closing_the_current_or_a_future_month_is_refused(world) -> None:  # noqa: F811
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
 
     policy = active_policy().policy
     now = timezone.now()
@@ -230,7 +230,7 @@ def test_beat_runs_the_sweep_every_minute_and_the_close_on_the_first() -> None:
 
 
 def test_the_close_task_closes_last_month_and_is_a_no_op_after(world) -> None:  # noqa: F811
-    from quotas.tasks import close_month_task
+    from quotas.accounting.tasks import close_month_task
 
     result = close_month_task("2025-03")
     assert result == {"month": "2025-03", "already_closed": False, "statements": 3}

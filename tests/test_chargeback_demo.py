@@ -69,7 +69,7 @@ def test_the_demo_history_is_coherent_whenever_it_is_seeded(demo) -> None:
     from django.utils import timezone
 
     from quotas.models import Team
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
     from scheduling.models import Allocation
     from scheduling.services.usage import month_of, team_usage
 

@@ -24,7 +24,7 @@ from quotas.accounting.rates import device_hours, line_amount
 from quotas.accounting.records import seconds_of
 from quotas.accounting.statements import compute_month, previous_month
 from quotas.models import Statement
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.models import Allocation
 from scheduling.services.usage import month_of
 

@@ -126,7 +126,7 @@ def build_world(*, idle_mode: str = "hide", reserved_mode: str = "hide", reserva
     from devices.models import Device, Node, VnpuTemplate
     from devices.services import inventory
     from quotas.models import Membership, Team
-    from quotas.services import create_version
+    from quotas.policies.versions import create_version
 
     b4_node = Node.objects.create(name="b4-node")
     p3_node = Node.objects.create(name="p3-node")

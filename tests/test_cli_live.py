@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from npuctl.main import main
-from quotas.api.authentication import issue_token
+from quotas.access.tokens import issue_token
 from quotas.models import AuditEvent, Policy
 from scheduling.models import Job
 from tests.waiting import ceiling
@@ -24,11 +24,11 @@ def cli(live_server, demo, user_factory, monkeypatch, capsys, request):
     """``run(user, *argv) -> (exit code, stdout, stderr)`` with that user's token against the live server."""
     from rest_framework.throttling import SimpleRateThrottle
 
-    from quotas import services
+    from quotas.policies import versions
 
     monkeypatch.setattr(SimpleRateThrottle, "cache_format", f"throttle-{uuid.uuid4().hex}-%(scope)s-%(ident)s")
-    services._cache.clear()
-    request.addfinalizer(services._cache.clear)
+    versions._cache.clear()
+    request.addfinalizer(versions._cache.clear)
     users = {
         "lead": user_factory("cli-lead", team="training", role="lead"),
         "member": user_factory("cli-member", team="training"),
@@ -249,7 +249,7 @@ def test_a_preempted_running_job_says_when_it_stops(cli) -> None:
 
     from django.utils import timezone
 
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
     from scheduling.engine.policy import zone
     from scheduling.services.tick import run_tick
 

@@ -132,7 +132,7 @@ def test_npuctl_a_port_that_is_not_http_is_exit_3(tmp_path) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_npuctl_piped_into_head_stops_quietly_with_141(tmp_path, live_server, demo, user_factory) -> None:
     """Far more output than a pipe holds, so ``head`` is gone before npuctl has written it all."""
-    from quotas.api.authentication import issue_token
+    from quotas.access.tokens import issue_token
 
     lead = user_factory("pipe-lead", team="training", role="lead")
     env = _env(tmp_path, NPUPORTAL_URL=live_server.url, NPUPORTAL_TOKEN=issue_token(lead, "cli")[1])

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from npuportal.display_time import as_shown
 from quotas.models import Team
-from quotas.services import create_version
+from quotas.policies.versions import create_version
 from scheduling.disclosure import ANOTHER_TEAM, Viewer, other_job_text
 from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import finish_job

@@ -26,7 +26,7 @@ __all__ = ["cluster", "eager_celery", "submit"]  # fixtures, imported for pytest
 
 
 def _engine_usable(device: Device) -> bool:
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
 
     snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
     return next(d.usable for n in snapshot.nodes for d in n.devices if d.id == device.pk)

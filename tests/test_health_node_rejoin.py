@@ -8,7 +8,7 @@ from django.utils import timezone
 from devices.executors.agents import apply_poll
 from devices.models import HealthEvent, Node
 from devices.services.polling import PollResult
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.services.snapshot import load_snapshot
 
 pytestmark = pytest.mark.django_db

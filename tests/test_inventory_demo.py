@@ -15,7 +15,7 @@ from django.utils import timezone
 from devices.models import InventoryEvent, Node
 from devices.services import inventory
 from quotas.accounting.statements import previous_month
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.demo import registration_time
 from scheduling.models import Allocation
 from scheduling.services.usage import month_of

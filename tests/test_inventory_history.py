@@ -20,7 +20,7 @@ from devices.models import Device, InventoryEvent, Node
 from devices.services import inventory, operations, registration
 from devices.services.overview import cluster_overview
 from devices.services.polling import PollResult
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.services.feasibility import inventory as feasibility_inventory
 from scheduling.services.snapshot import load_snapshot
 from scheduling.services.tick import run_tick

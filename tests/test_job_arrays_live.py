@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from npuctl.main import main as npuctl
-from quotas.api.authentication import issue_token
+from quotas.access.tokens import issue_token
 from scheduling.models import Job
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 from tests.test_lifecycle_harness import cluster, eager_celery, poll, submit, tick

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from npuctl.main import INCOMPLETE, main
-from quotas.api.authentication import issue_token
+from quotas.access.tokens import issue_token
 from scheduling.models import Job, JobOutput
 from tests.test_lifecycle_harness import cluster, eager_celery, node_of, poll, submit, tick
 

@@ -147,7 +147,7 @@ def test_npuctl_logs_follow_prints_each_line_once_until_the_job_ends(cluster, su
     import subprocess
     import sys
 
-    from quotas.api.authentication import issue_token
+    from quotas.access.tokens import issue_token
 
     key = issue_token(get_user_model().objects.get(username="lead-training"), "logs")[1]
     job = submit("echo line-1; sleep 1; echo line-2; sleep 1; echo line-3; sleep 1")

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 
 from devices.services.operations import cordon_node
 from quotas.models import Team
-from quotas.services import create_version
+from quotas.policies.versions import create_version
 from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import JobSpec, submit_job
 from tests.test_lifecycle_harness import NODE_A, NODE_B, cluster, eager_celery, node_of, poll, tick

@@ -178,7 +178,7 @@ def test_a_parser_error_caused_by_a_too_big_body_is_413_too() -> None:
     from django.test import RequestFactory
     from rest_framework.exceptions import ParseError
 
-    from npuportal.api_errors import exception_handler
+    from npuportal.api.error_handling import exception_handler
 
     request = RequestFactory().post("/api/v1/jobs/", data="{}", content_type="application/json")
     try:
@@ -228,13 +228,13 @@ def test_a_list_page_carries_a_preview_of_each_command_and_its_bytes_stay_bounde
 
 
 def test_every_list_page_is_bounded_by_the_row_limit(member, api, monkeypatch) -> None:
-    from npuportal import api_pagination
+    from npuportal.api import pagination
     from scheduling.api.views import JobPagination
 
-    assert api_pagination.LimitOffsetPagination.max_limit == JobPagination.max_limit == 1000
+    assert pagination.LimitOffsetPagination.max_limit == JobPagination.max_limit == 1000
     client = api(member)
     assert _post(client, {**JOB, "array": 4}).status_code == 201
-    monkeypatch.setattr(api_pagination.LimitOffsetPagination, "max_limit", 3)
+    monkeypatch.setattr(pagination.LimitOffsetPagination, "max_limit", 3)
     monkeypatch.setattr(JobPagination, "max_limit", 3)
     for path in ("/api/v1/devices/", "/api/v1/jobs/"):
         resp = client.get(f"{path}?limit=100000")  # above the limit: refused, naming it

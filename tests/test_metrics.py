@@ -18,11 +18,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_cached_policy():
-    from quotas import services
+    from quotas.policies import versions
 
-    services._cache.clear()
+    versions._cache.clear()
     yield
-    services._cache.clear()
+    versions._cache.clear()
 
 
 def _scrape() -> dict[str, list]:

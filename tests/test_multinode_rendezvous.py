@@ -59,7 +59,7 @@ print(f"NODE_RANK {rank} received: {received}", flush=True)
 def _without_reservation() -> None:
     """The demo holds 4 of its 16 910B4 cards for critical jobs; a 16-card job needs both servers whole."""
     from quotas.models import Policy
-    from quotas.services import active_policy, create_version
+    from quotas.policies.versions import active_policy, create_version
 
     text = Policy.objects.get(version=active_policy().version).yaml_text
     kept = [line for line in text.splitlines() if "online-inference" not in line]

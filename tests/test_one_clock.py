@@ -24,7 +24,7 @@ from django.core import mail
 
 from npuctl.main import main
 from npuctl.tables import Clock
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.policy import zone
 from tests.test_chargeback_harness import at, world  # noqa: F401 - world is a fixture
 

@@ -50,7 +50,7 @@ def _ran(budget_cluster: dict[str, Agent], job: Job) -> tuple[Job, str]:
 
 
 def test_a_runs_output_removed_by_its_node_is_said_so_with_the_time(budget_cluster, submit, api, live_server) -> None:  # type: ignore[no-untyped-def]
-    from quotas.api.authentication import issue_token
+    from quotas.access.tokens import issue_token
 
     lead_user = get_user_model().objects.get(username="lead-training")
     lead = api(lead_user)

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from quotas.dryrun import cluster_spec, dry_run, recorded_rows
 from quotas.models import Policy
-from quotas.services import active_policy
+from quotas.policies.dryrun import cluster_spec, dry_run, recorded_rows
+from quotas.policies.versions import active_policy
 from scheduling.engine.policy import parse_policy
 from scheduling.engine.simulator import run_simulation
 from tests.test_policy_commands import DEMO, run, write

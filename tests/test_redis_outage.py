@@ -175,7 +175,7 @@ def _wait_up(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def test_the_api_answers_through_a_redis_outage_and_recovers_by_itself(tmp_path: Path) -> None:
-    from quotas.api.authentication import issue_token
+    from quotas.access.tokens import issue_token
     from quotas.models import Membership, Team
     from scheduling.demo import seed
     from scheduling.models import Job, JobEvent

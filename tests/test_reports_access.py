@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from quotas.accounting.statements import close_month
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from tests.test_chargeback_harness import at, world  # noqa: F401 - world is a fixture
 
 pytestmark = [pytest.mark.django_db, pytest.mark.clock]

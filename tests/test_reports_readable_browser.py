@@ -12,8 +12,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from quotas.accounting.statements import previous_month
-from quotas.roles import FINANCE_GROUP
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
+from quotas.tenancy.roles import FINANCE_GROUP
 from scheduling.services.usage import month_of
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 

@@ -12,7 +12,7 @@ from django.utils.html import escape
 
 from devices.models import Node
 from quotas.models import ApiToken, Policy
-from quotas.services import active_policy, create_version
+from quotas.policies.versions import active_policy, create_version
 from scheduling.models import Job
 from scheduling.services.jobs import JobSpec, submit_job
 

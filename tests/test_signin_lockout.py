@@ -25,8 +25,8 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from quotas.api import token_throttle
-from quotas.api.authentication import issue_token
+from npuportal.api import token_throttle
+from quotas.access.tokens import issue_token
 from quotas.models import AuditEvent
 from tests.browser import ROOT, page, requires_chromium  # noqa: F401 - page is a fixture
 from tests.conftest import requires_redis

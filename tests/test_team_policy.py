@@ -12,8 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from quotas.models import AuditEvent, Policy, Team
-from quotas.services import active_policy, parsed
-from quotas.team_policy import (
+from quotas.policies.team_policy import (
     MAX_DEVICE_UNITS,
     MAX_SHARES,
     NON_FIELD,
@@ -23,6 +22,7 @@ from quotas.team_policy import (
     team_changed_yaml,
     team_overview,
 )
+from quotas.policies.versions import active_policy, parsed
 from scheduling.engine.policy import Quota, parse_policy, semantic_diff
 
 pytestmark = pytest.mark.clock
@@ -180,7 +180,7 @@ def test_refusals_name_the_field_and_store_nothing(demo, user_factory, kwargs, f
 
 @pytest.mark.django_db
 def test_a_lowered_base_cap_that_breaks_a_schedule_is_reported_whole(demo, user_factory) -> None:
-    from quotas.services import create_version
+    from quotas.policies.versions import create_version
 
     ops = user_factory("ops", staff=True)
     text = DEMO.replace("quota: {guaranteed: {devices: 8}, max: {devices: 16}}", "quota: {guaranteed: {devices: 8}}")

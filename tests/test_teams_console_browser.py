@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from quotas.models import AuditEvent, Policy
-from quotas.services import parsed
+from quotas.policies.versions import parsed
 from tests.browser import login, page, requires_chromium, snap  # noqa: F401 - page is a fixture
 
 pytestmark = [requires_chromium, pytest.mark.browser, pytest.mark.django_db(transaction=True)]

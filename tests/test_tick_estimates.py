@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from npuportal.display_time import as_shown
-from quotas.services import create_version
+from quotas.policies.versions import create_version
 from scheduling.models import Job, TickRecord
 from scheduling.services.jobs import cancel_job
 from scheduling.services.tick import adapt, run_tick

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from devices.models import Device
 from npuportal.display_time import as_shown
-from quotas.services import create_version
+from quotas.policies.versions import create_version
 from scheduling.models import Job, JobPromise
 from scheduling.services.tick import run_tick
 

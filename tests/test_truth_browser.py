@@ -24,7 +24,7 @@ from playwright.sync_api import expect
 from devices.models import Device, HealthEvent, Node
 from devices.services import operations, registration
 from quotas.models import Team
-from quotas.services import create_version
+from quotas.policies.versions import create_version
 from scheduling.engine import reasons
 from scheduling.models import Job
 from scheduling.services import jobs as job_service

@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 
 from devices.models import Device, Node
-from npuportal import api_filters
+from npuportal.api import filters as api_filters
 
 
 class NodeFilterSet(api_filters.FilterSet):

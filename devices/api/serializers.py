@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from devices.models import Device, Node
 from devices.services import registration
-from npuportal import api_fields as fields
+from npuportal.api import fields
 
 
 class DeviceSerializer(serializers.ModelSerializer):

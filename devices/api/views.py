@@ -21,9 +21,9 @@ from devices.api.serializers import (
 )
 from devices.models import Device, Node
 from devices.services import operations, registration
-from npuportal.api_parsers import FormatSuffixes
-from quotas.api.errors import error_response, error_responses
-from quotas.api.permissions import IsAdmin
+from npuportal.api.errors import error_response, error_responses
+from npuportal.api.parsers import FormatSuffixes
+from npuportal.api.permissions import IsAdmin
 from scheduling.models import Allocation
 
 

@@ -17,7 +17,7 @@ from devices.models import Device, VnpuTemplate
 from quotas.accounting.records import record_closed_allocations
 from quotas.accounting.statements import ChargebackError, close_month, is_closed, previous_month
 from quotas.models import ClassMultiplier, Membership, Rate, RateCard, Team
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services.usage import month_of
 

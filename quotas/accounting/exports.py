@@ -28,7 +28,7 @@ from quotas.accounting.breakdown import Breakdown
 from quotas.accounting.reports import daily_device_hours
 from quotas.accounting.statements import CLUSTER
 from quotas.models import Statement, StatementLine
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.services.usage import month_of
 
 log = logging.getLogger(__name__)

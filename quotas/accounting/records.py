@@ -38,7 +38,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 
 from quotas.accounting.rates import card_share
 from quotas.models import UsageRecord
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.policy import Policy
 from scheduling.models import Allocation
 from scheduling.services.usage import Month, month_of

@@ -36,7 +36,7 @@ from quotas.accounting.rates import SECONDS_PER_HOUR, ZERO
 from quotas.accounting.records import EpochDiff, as_datetime
 from quotas.accounting.statements import MonthBill, compute_month, is_closed
 from quotas.models import Budget, StatementLine, Team, UsageRecord
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.policy import zone
 from scheduling.models import Allocation, Job
 from scheduling.services.usage import Month

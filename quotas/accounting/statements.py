@@ -73,7 +73,7 @@ from quotas.models import (
     StatementLine,
     Team,
 )
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.policy import Policy, zone
 from scheduling.models import Allocation
 from scheduling.services.usage import Month, month_of

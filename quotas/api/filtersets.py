@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from npuportal import api_filters
+from npuportal.api import filters as api_filters
 from quotas.models import Policy, Team
 
 

@@ -12,9 +12,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from npuportal import api_fields as fields
+from npuportal.api import fields
 from quotas.models import ApiToken, Membership, Policy, Team
-from quotas.team_policy import MAX_COMMENT_CHARS, MAX_DEVICE_UNITS, MAX_SHARES, read_amount
+from quotas.policies.team_policy import MAX_COMMENT_CHARS, MAX_DEVICE_UNITS, MAX_SHARES, read_amount
 
 #: The longest policy text the API accepts (the console uses the same bound).
 MAX_POLICY_CHARS = 200_000
@@ -124,7 +124,10 @@ class TeamDetailSerializer(TeamSerializer):
 
 @extend_schema_field(OpenApiTypes.NUMBER)
 class AmountField(serializers.Field):
-    """A number >= 0 up to ``limit``, checked by :func:`quotas.team_policy.read_amount` (same words as the console)."""
+    """A number >= 0 up to ``limit``, checked by :func:`quotas.policies.team_policy.read_amount`.
+
+    The same words as the console.
+    """
 
     def __init__(self, *, limit: float, **kwargs: Any) -> None:
         self.limit = limit

@@ -15,13 +15,13 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from npuportal.api_errors import Conflict
-from npuportal.api_parsers import FormatSuffixes
+from npuportal.api.error_handling import Conflict
+from npuportal.api.errors import error_response, error_responses
+from npuportal.api.parsers import FormatSuffixes
+from npuportal.api.permissions import ADMIN, LEAD, IsAdmin, require_lead, visible_teams
+from quotas.access.tokens import TokenLimitReached, issue_token, revoke_token
 from quotas.accounting.statements import team_cost
-from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
-from quotas.api.errors import error_response, error_responses
 from quotas.api.filtersets import PolicyFilterSet, TeamFilterSet
-from quotas.api.permissions import ADMIN, LEAD, IsAdmin, require_lead, visible_teams
 from quotas.api.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
@@ -46,8 +46,8 @@ from quotas.api.serializers import (
     json_safe,
 )
 from quotas.models import ApiToken, Membership, Policy, Team
-from quotas.services import ActivePolicy, activate_version, active_policy, cluster_facts, create_version
-from quotas.team_policy import NON_FIELD, TeamChangeError, change_team, team_overview
+from quotas.policies.team_policy import NON_FIELD, TeamChangeError, change_team, team_overview
+from quotas.policies.versions import ActivePolicy, activate_version, active_policy, cluster_facts, create_version
 from scheduling.engine.policy import (
     PolicyError,
     PolicyIssue,
@@ -324,7 +324,7 @@ class PolicyViewSet(FormatSuffixes, mixins.CreateModelMixin, viewsets.ReadOnlyMo
     )
     @action(detail=False, methods=["post"], url_path="dry-run", filterset_class=None)
     def dry_run(self, request: Request) -> Response:
-        from quotas.dryrun import dry_run
+        from quotas.policies.dryrun import dry_run
 
         incoming = PolicyDryRunRequestSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)

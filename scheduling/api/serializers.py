@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from devices.agent.environment import MAX_ENV_BYTES, MAX_ENV_VARS
-from npuportal import api_fields as fields
+from npuportal.api import fields
 from quotas.models import posix_account
 from scheduling.disclosure import Viewer, event_detail
 from scheduling.models import Allocation, Job, JobEvent

@@ -30,10 +30,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from npuportal.api_errors import Conflict
-from npuportal.api_pagination import KeysetPagination
-from npuportal.api_parsers import FormatSuffixes
-from quotas.api.errors import error_responses
+from npuportal.api.error_handling import Conflict
+from npuportal.api.errors import error_responses
+from npuportal.api.pagination import KeysetPagination
+from npuportal.api.parsers import FormatSuffixes
 from quotas.api.serializers import json_safe
 from scheduling.api.serializers import (
     COMMAND_HEAD,

@@ -14,7 +14,7 @@ from django import forms
 from django.http import QueryDict
 from django.utils import timezone
 
-from npuportal.api_pagination import InvalidCursor, Keyset
+from npuportal.api.pagination import InvalidCursor, Keyset
 from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
 from scheduling.filters import JOB_ORDERING, JobFilterSet, visible_jobs
 from scheduling.models import Job
@@ -95,7 +95,7 @@ def filter_form(filters: JobFilterSet, user: object) -> list[forms.BoundField]:
     """
     from devices.models import Device
     from quotas.models import Team
-    from quotas.services import active_policy
+    from quotas.policies.versions import active_policy
 
     form = filters.form
     fields = form.fields

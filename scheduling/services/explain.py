@@ -13,7 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.durations import format_duration
 from scheduling.engine.explain import explain
 from scheduling.models import Job

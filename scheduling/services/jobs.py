@@ -21,7 +21,7 @@ from devices.models import Device, Node, VnpuTemplate
 from npuportal import row_reads
 from npuportal.limits import in_words
 from quotas.models import Membership, Team
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling import transitions
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at

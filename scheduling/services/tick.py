@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from devices.services import inventory
 from devices.services.draining import mark_drained
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling import transitions
 from scheduling.cluster_lock import TICK_LOCK_KEY as TICK_LOCK_KEY  # where it lived before
 from scheduling.cluster_lock import lock_cluster as _lock_cluster

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from quotas.management.subcommands import Exit, SubcommandCommand, read_text_file
 from quotas.models import Policy, Team
-from quotas.services import activate_version, active_policy, cluster_facts, create_version
+from quotas.policies.versions import activate_version, active_policy, cluster_facts, create_version
 from scheduling.engine.policy import (
     Policy as ParsedPolicy,
 )
@@ -189,7 +189,7 @@ class Command(SubcommandCommand):
         current = active_policy()
         changes = semantic_diff(current.policy, candidate) if current.record else ["first policy"]
         if opts["dry_run"]:
-            from quotas.dryrun import dry_run, format_comparison
+            from quotas.policies.dryrun import dry_run, format_comparison
 
             try:
                 result = dry_run(current.policy, candidate, days=opts["days"], trace=opts["trace"])

@@ -9,7 +9,7 @@ from datetime import datetime
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.durations import format_duration
 from scheduling.engine.explain import explain
 from scheduling.engine.policy import zone

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from quotas.models import Team
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.engine.fairshare import fair_share_table, format_sshare, tree_from_usage
 from scheduling.models import Job
 from scheduling.services.snapshot import _usage

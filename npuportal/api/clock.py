@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from npuportal.api.errors import error_responses
 from npuportal.display_time import policy_zone_name
-from quotas.api.errors import error_responses
 
 
 class ClockView(APIView):

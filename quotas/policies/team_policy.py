@@ -7,7 +7,7 @@ are written once.
 
 A change is made on the *parsed* policy — the team's ``TeamPolicy`` is
 replaced, nothing else is touched — and written back with ``dump_policy``,
-then stored and activated by :func:`quotas.services.create_version` like any
+then stored and activated by :func:`quotas.policies.versions.create_version` like any
 other version: it is validated against the cluster, kept in the history with
 its comment, audited, and diffable. Editing the text instead (a search and
 replace on ``shares: 50``) could hit another team, a department or a comment;
@@ -33,7 +33,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from quotas.models import AuditEvent, Membership, Policy, Team
-from quotas.services import active_policy, cluster_facts, create_version, parsed
+from quotas.policies.versions import active_policy, cluster_facts, create_version, parsed
 from scheduling.engine.fairshare import fair_share_table, tree_from_usage
 from scheduling.engine.policy import (
     DEVICES,

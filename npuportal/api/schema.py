@@ -1,6 +1,6 @@
 """Schema post-processing: every error an API operation can answer is in the schema, in the one error shape.
 
-Views document the errors of their own logic (``quotas.api.errors.error_responses``).
+Views document the errors of their own logic (``npuportal.api.errors.error_responses``).
 The ones that come from the framework around them are the same for every
 operation of a kind, so they are added here rather than repeated on each view:
 
@@ -41,7 +41,7 @@ def doc_excludes() -> list[Any]:
 
     ``FormatSuffixes`` is a base of every viewset; its docstring is for the code's readers.
     """
-    from npuportal.api_parsers import FormatSuffixes
+    from npuportal.api.parsers import FormatSuffixes
 
     return [*get_lib_doc_excludes(), FormatSuffixes]
 
@@ -76,7 +76,7 @@ def document_errors(result: dict[str, Any], generator: Any, request: Any, public
     """drf-spectacular ``POSTPROCESSING_HOOKS`` entry: add the framework's error responses."""
     for name, component in result.get("components", {}).get("schemas", {}).items():
         if name.endswith("Request"):
-            component.setdefault("additionalProperties", False)  # npuportal.api_fields.InputSerializer
+            component.setdefault("additionalProperties", False)  # npuportal.api.fields.InputSerializer
             for prop in component.get("properties", {}).values():
                 _forbid_nul(prop)
                 if isinstance(prop.get("items"), dict):

@@ -118,7 +118,7 @@ class FormatSuffixes:
     ``def log(self, request, pk=None)`` does not, and ``/api/v1/jobs/1/log.json`` was a
     ``TypeError``, a 500. Here the suffix leaves the keywords before any handler sees them
     and is kept where content negotiation looks for it, so a handler never has to know
-    about suffixes. ``npuportal.api_urls`` registers no viewset without this base.
+    about suffixes. ``npuportal.api.urls`` registers no viewset without this base.
     """
 
     _format_suffix: str | None = None

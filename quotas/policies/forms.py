@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from django import forms
 
-from quotas.team_policy import MAX_COMMENT_CHARS, NON_FIELD, TeamSettings, resource_keys
+from quotas.policies.team_policy import MAX_COMMENT_CHARS, NON_FIELD, TeamSettings, resource_keys
 
 
 def _num(value: float) -> str:
@@ -17,7 +17,7 @@ def _num(value: float) -> str:
 class TeamPolicyForm(forms.Form):
     """One team's weight and base guaranteed/max per resource, plus the comment kept in the history.
 
-    Every field is plain text: :func:`quotas.team_policy.change_team` reads
+    Every field is plain text: :func:`quotas.policies.team_policy.change_team` reads
     and checks the numbers, so a bad value gets the same message here as in
     the API. Resource fields are named ``guaranteed__<key>`` and
     ``max__<key>`` (``/`` becomes ``__``) so ids stay usable in CSS and tests;

@@ -1,4 +1,4 @@
-"""Every route of the REST API (``/api/v1/``): one router, and the clock (``npuportal.api_clock``).
+"""Every route of the REST API (``/api/v1/``): one router, and the clock (``npuportal.api.clock``).
 
 Each app's viewsets are registered here, and the jobs routes of
 ``scheduling.api.urls`` are taken over as they are, so the API root lists every
@@ -14,9 +14,9 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from devices.api.views import DeviceViewSet, NodeViewSet
-from npuportal.api_clock import ClockView
-from npuportal.api_me import MeView
-from npuportal.api_parsers import FormatSuffixes
+from npuportal.api.clock import ClockView
+from npuportal.api.me import MeView
+from npuportal.api.parsers import FormatSuffixes
 from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
 
@@ -27,7 +27,7 @@ class Router(DefaultRouter):
     def register(self, prefix: str, viewset: Any, basename: str | None = None) -> None:
         if not issubclass(viewset, FormatSuffixes):
             raise ImproperlyConfigured(
-                f"{viewset.__name__}: API viewsets derive from npuportal.api_parsers.FormatSuffixes, "
+                f"{viewset.__name__}: API viewsets derive from npuportal.api.parsers.FormatSuffixes, "
                 f"or /api/v1/{prefix}/….json is a 500"
             )
         super().register(prefix, viewset, basename=basename)
@@ -42,7 +42,7 @@ router.register("devices", DeviceViewSet, basename="device")
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
 
-# Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api_errors.page_not_found``.
+# Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api.error_handling.page_not_found``.
 urlpatterns = [
     path("clock/", ClockView.as_view(), name="clock"),
     path("me/", MeView.as_view(), name="me"),

@@ -29,8 +29,8 @@ from quotas.accounting.exports import render_pdf, statement_context, to_csv
 from quotas.accounting.reports import month_pieces, report_data
 from quotas.accounting.statements import CLUSTER, statement_for
 from quotas.models import AuditEvent, ClassMultiplier, Membership, Rate, RateCard, Statement, Team
-from quotas.roles import FINANCE_GROUP
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
+from quotas.tenancy.roles import FINANCE_GROUP
 from scheduling.engine.policy import zone
 from scheduling.filters import visible_jobs
 from scheduling.services.usage import UsageError, month_of

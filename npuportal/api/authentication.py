@@ -1,6 +1,6 @@
 """API tokens: several named, revocable tokens per user, sent as ``Authorization: Token <key>``.
 
-Keys made here start with ``npu_`` and are stored only as a SHA-256 hash, so a
+Keys (made by :mod:`quotas.access.tokens`) start with ``npu_`` and are stored only as a SHA-256 hash, so a
 database dump does not hand out working keys. DRF's own one-per-user tokens
 (``rest_framework.authtoken``) keep working through the same header, so older
 scripts and the test suite's clients are not broken.
@@ -8,58 +8,29 @@ scripts and the test suite's clients are not broken.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.request import Request
 
 from npuportal import row_reads
-from quotas.api import token_throttle
+from npuportal.api import token_throttle
+from quotas.access.tokens import KEY_PREFIX, hash_key
 from quotas.models import ApiToken
 
-KEY_PREFIX = "npu_"
-#: A user may hold this many tokens; one more is refused (revoke an old one first).
-MAX_TOKENS_PER_USER = 20
 #: ``last_used`` is written at most this often per token, so reads do not all become writes.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-
-
-class TokenLimitReached(ValueError):
-    pass
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-@transaction.atomic
-def issue_token(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
-    """A new token for ``user`` and its key; the key is returned here once and never stored."""
-    # Lock the user's row so two concurrent requests cannot both pass the limit.
-    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-    if ApiToken.objects.filter(user=user).count() >= MAX_TOKENS_PER_USER:
-        raise TokenLimitReached(f"you already have {MAX_TOKENS_PER_USER} tokens; revoke one first")
-    key = KEY_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name.strip(), key_hash=hash_key(key), prefix=key[:12])
-    return token, key
-
-
-def revoke_token(token: ApiToken) -> None:
-    token.delete()
 
 
 class ApiTokenAuthentication(TokenAuthentication):
     """``Token npu_…`` keys from :class:`ApiToken`; any other key is looked up as a DRF authtoken.
 
-    Tokens that fail are counted per client address (:mod:`quotas.api.token_throttle`): past the
+    Tokens that fail are counted per client address (:mod:`npuportal.api.token_throttle`): past the
     limit, the address gets 429 for any token until the period ends, so keys cannot be guessed.
     """
 

@@ -1,6 +1,6 @@
 """Closed monthly statements through the API (``/api/v1/reports/``), as JSON or CSV (``?format=csv``).
 
-Visibility as in the console (``quotas.report_views``): staff and the
+Visibility as in the console (``quotas.accounting.views``): staff and the
 ``finance`` group see every statement, the cluster's (``@cluster``) included; a
 team lead sees their teams'; a member sees none. Another team's statement is
 404; your own team's, when you are not its lead, 403. The CSV is byte for byte
@@ -22,13 +22,13 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from npuportal.api.errors import error_responses
 from npuportal.csv_export import csv_text
 from quotas.accounting.exports import statement_dict, to_csv
 from quotas.accounting.statements import previous_month
-from quotas.api.errors import error_responses
+from quotas.accounting.views import is_finance, led_teams, visible_statement
 from quotas.models import Statement
-from quotas.report_views import is_finance, led_teams, visible_statement
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.services.usage import MONTH_PATTERN, UsageError, month_of
 
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from quotas.accounting.records import record_closed_allocations
 from quotas.accounting.statements import ChargebackError, check_budgets, close_month, previous_month
-from quotas.services import active_policy
+from quotas.policies.versions import active_policy
 from scheduling.services.usage import month_of
 
 log = logging.getLogger(__name__)

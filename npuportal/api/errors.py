@@ -1,6 +1,6 @@
 """The API's one error body, for the schema and for views that answer an error themselves.
 
-``npuportal.api_errors`` turns every DRF exception into this shape; views that
+``npuportal.api.error_handling`` turns every DRF exception into this shape; views that
 must attach structured detail (a policy's list of issues) build it here, so
 the shape is written down in one place for both.
 """

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from quotas.api_reports import StatementDetailView, StatementListView
+from quotas.api.reports import StatementDetailView, StatementListView
 
 urlpatterns = [
     path("statements/", StatementListView.as_view(), name="api-report-statements"),

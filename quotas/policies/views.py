@@ -1,6 +1,6 @@
 """Console pages for policy: the admin's editor, history and Teams page, the team's quota view.
 
-Views only gather input and call :mod:`quotas.services` and the pure policy
+Views only gather input and call :mod:`quotas.policies.versions` and the pure policy
 functions; what a change means is decided there, once.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,11 +16,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from npuportal.confirmation import confirmation_page, confirmed
-from quotas.forms import TeamPolicyForm
 from quotas.models import Policy, Team
-from quotas.roles import admin_required, job_user_required
-from quotas.services import activate_version, active_policy, cluster_facts, create_version
-from quotas.team_policy import TeamChangeError, change_team, team_overview, team_settings
+from quotas.policies.forms import TeamPolicyForm
+from quotas.policies.team_policy import TeamChangeError, change_team, team_overview, team_settings
+from quotas.policies.versions import activate_version, active_policy, cluster_facts, create_version
+from quotas.tenancy.roles import admin_required, job_user_required
 from scheduling.engine.policy import (
     PolicyError,
     diff_policies,
@@ -74,7 +72,7 @@ def policy_editor(request: HttpRequest) -> HttpResponse:
                     new_name="edited",
                 )
                 if action == "dryrun":
-                    from quotas.dryrun import dry_run
+                    from quotas.policies.dryrun import dry_run
 
                     try:
                         days = min(max(int(request.POST.get("days", "7")), 1), 90)
@@ -235,56 +233,3 @@ def team_quota(request: HttpRequest) -> HttpResponse:
             "names": names,
         },
     )
-
-
-#: Session key holding a token's key between its creation and the page that shows it once.
-NEW_TOKEN_KEY = "console.new_api_token"
-
-
-def revoke_question(name: str) -> str:
-    return f"Revoke the token {name!r}? Scripts and the CLI using it stop working at once."
-
-
-@login_required
-def api_tokens(request: HttpRequest) -> HttpResponse:
-    """A user's own API tokens: make one (the key is shown once), revoke one.
-
-    Both answer with a redirect, so reloading the page never makes a second token:
-    a new key waits in the session for the next view of the page and is dropped there.
-    """
-    from quotas.api.authentication import TokenLimitReached, issue_token, revoke_token
-    from quotas.models import ApiToken
-
-    error = ""
-    if request.method == "POST":
-        if "revoke" in request.POST:
-            token = ApiToken.objects.filter(user=request.user, pk=request.POST.get("revoke")).first()
-            if token is None:
-                error = "No such token of yours."
-            elif not confirmed(request):
-                return confirmation_page(
-                    request, revoke_question(token.name), action="revoke it", back=reverse("console-api-tokens")
-                )
-            else:
-                revoke_token(token)
-                messages.success(request, f"Token {token.name!r} is revoked.")
-                return redirect("console-api-tokens")
-        else:
-            name = request.POST.get("name", "").strip()
-            if not name or len(name) > 100:
-                error = "Name the token (1 to 100 characters), e.g. the laptop or script that will use it."
-            else:
-                try:
-                    with transaction.atomic():
-                        _, key = issue_token(request.user, name)
-                except TokenLimitReached as exc:
-                    error = str(exc)
-                else:
-                    request.session[NEW_TOKEN_KEY] = key
-                    return redirect("console-api-tokens")
-    new_key = request.session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None
-    tokens = ApiToken.objects.filter(user=request.user).order_by("-created")
-    response = render(request, "quotas/api_tokens.html", {"tokens": tokens, "new_key": new_key, "error": error})
-    if new_key:
-        response["Cache-Control"] = "no-store"  # the key is on this page once: no copy in a cache
-    return response

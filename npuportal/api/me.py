@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from quotas.api.errors import error_responses
+from npuportal.api.errors import error_responses
 
 
 class MeView(APIView):

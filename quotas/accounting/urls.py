@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from quotas import report_views
+from quotas.accounting import views as report_views
 
 urlpatterns = [
     path("", report_views.reports_index, name="reports"),
