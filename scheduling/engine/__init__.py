@@ -44,6 +44,7 @@ COMPILED = (
     "reasons",
     "record",
     "reservations",
+    "run_time",
     "schedules",
     "snapshot",
     "starvation",

@@ -91,7 +91,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import partial
 
-from scheduling.engine import array_throttle, dependency, reasons
+from scheduling.engine import array_throttle, dependency, reasons, run_time
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import user_factors
@@ -99,7 +99,7 @@ from scheduling.engine.feasibility import mark_never_runnable
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
-from scheduling.engine.priority import class_factors, duration_factor, job_duration
+from scheduling.engine.priority import class_factors, duration_factor
 from scheduling.engine.quota import TeamLedger, admit, admit_devices, budget_detail, duration_detail
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
@@ -339,7 +339,7 @@ class Tick:
                 state.take_whole(pool, mask)
             self.promised[jid] = _Promised(promise, list(masks.items()))
             self._promised_devices[jid] = frozenset(promise.devices)
-            duration = job_duration(job) or math.inf
+            duration = run_time.expected(job) or math.inf
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
             spot = where.get(promise.devices[0]) if promise.devices else None
             if spot is not None:
@@ -525,7 +525,7 @@ class Tick:
             if size_scale:
                 b = b + group.size
             if w_dur:
-                b = b + w_dur * duration_factor(job_duration(job), long_job)
+                b = b + w_dur * duration_factor(run_time.expected(job), long_job)
             neg[i] = -b
         idx = sorted(range(n), key=neg.__getitem__)
         last = neg[idx[0]]
@@ -623,10 +623,9 @@ class Tick:
                 if group.slow:
                     self._admit_slow(job, group)
                     continue
-                limit = group.max_duration
-                if limit is not None and (job.max_duration_s or job.estimated_duration_s) > limit:
-                    duration = job.max_duration_s or job.estimated_duration_s
-                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, duration_detail(duration, limit))
+                most = group.max_duration
+                if most is not None and run_time.limit(job) > most:
+                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, duration_detail(run_time.limit(job), most))
                     continue
                 budget = group.budget
                 if budget is not None:
@@ -657,7 +656,7 @@ class Tick:
             # the long tail of a full queue is answered from this memo. With holds,
             # the answer also depends on which shadow times the job ends before.
             if holds:
-                duration = job_duration(job) or 0.0
+                duration = run_time.expected(job) or 0.0
                 rank = bisect_left(shadows, now + duration) if duration > 0 else -1
             else:
                 rank = 0
@@ -981,7 +980,7 @@ class Tick:
                     find_fail.add((nid, chip))
             held = holds.get(chip)
             if placement is None and held is not None:
-                duration = job_duration(job) or 0.0
+                duration = run_time.expected(job) or 0.0
                 usable = [
                     hold
                     for hold in held
@@ -1075,7 +1074,7 @@ class Tick:
                         state.hide_slices(pool, i)
                         if (pool, i) not in hold.sliced_now:
                             hold.sliced_now.append((pool, i))
-        duration = job_duration(job) or 0.0
+        duration = run_time.expected(job) or 0.0
         # Without an estimate or a max the job has no known end, as expected_end says once it runs.
         end = self.now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, self.now, job.preempt_deadline)
@@ -1102,7 +1101,7 @@ class Tick:
         ledger.month_hours += units * job.estimated_duration_s / 3600.0
         self.reservations.on_start(job.priority_class, chip, units)
         now = self.now
-        duration = job_duration(job) or 0.0
+        duration = run_time.expected(job) or 0.0
         end = now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, now, job.preempt_deadline)  # type: ignore[arg-type]
         jid = job.id
@@ -1135,7 +1134,7 @@ class Tick:
         for occ, why in plan.victims:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
             self._changed.append(occ)
-        duration = job_duration(job) or math.inf  # (no known end: never)
+        duration = run_time.expected(job) or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
         units = need.units[plan.chip]
         self._count(job.id, self.ledgers[job.team], plan.chip, units, units * job.estimated_duration_s / 3600.0)
@@ -1216,7 +1215,7 @@ class Tick:
             why = "its cards are not known to come free (a job without any duration holds them)"
             return reasons.RESOURCES, unheld_detail(guard, job, why), None
         at, chip, devices = best
-        duration = job_duration(job) or 0.0
+        duration = run_time.expected(job) or 0.0
         until = at + duration if duration > 0 else math.inf
         self.hold(job, chip, at, devices, starving=True, until=until)
         self.version += 1

@@ -9,8 +9,9 @@
 * age: ``min(waited / max_age, 1)``;
 * job size: ``device units / largest node``, capped at 1;
 * duration (shorter first): ``1 - ln(1 + d / 1 min) / ln(1 + longJob / 1 min)``,
-  clamped to ``[0, 1]``, for the job's estimated duration ``d`` (else its
-  maximum; a job with neither scores 0). On a log scale because
+  clamped to ``[0, 1]``, for the job's expected run time ``d``
+  (:func:`run_time.expected`: its estimate, else its maximum; a job with
+  neither scores 0). On a log scale because
   runs span seconds to weeks: each tenfold shorter run gains the same. Short
   runs first cut the waits of most jobs; the starvation guard
   (:mod:`starvation`) keeps the long ones from waiting for ever.
@@ -30,6 +31,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduling.engine import run_time
 from scheduling.engine.policy import Ordering, Policy
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState
@@ -70,16 +72,6 @@ def size_factor(units: float, largest_node: int) -> float:
 _MINUTE = 60.0
 
 
-def job_duration(job: JobState) -> float | None:
-    """What the order knows of ``job``'s run time: its estimate, else its maximum, else nothing.
-
-    The estimate first, as backfill reads it: it is the job's own figure, and no more than
-    its maximum (submission checks that). The maximum is often the team's
-    ``maxJobDuration``, given to every job that names none, so it tells jobs apart less.
-    """
-    return job.estimated_duration_s or job.max_duration_s or None
-
-
 def duration_factor(duration_s: float | None, long_job_s: float) -> float:
     """1 for an instant run, 0 for one of ``long_job_s`` or longer (or of unknown length); log scale between."""
     if duration_s is None or long_job_s <= 0:
@@ -114,7 +106,7 @@ def job_factors(
         fair_share,
         age_factor(now - job.submitted_at, ordering.max_age_s),
         size_factor(units, largest_node),
-        duration_factor(job_duration(job), ordering.long_job_s),
+        duration_factor(run_time.expected(job), ordering.long_job_s),
     )
 
 
@@ -155,7 +147,7 @@ def order_pending(
         if size_scale:
             score += min(size_units(job) * size_scale, w_size)
         if w_dur:
-            score += w_dur * duration_factor(job_duration(job), long_job)
+            score += w_dur * duration_factor(run_time.expected(job), long_job)
         scores[job.id] = -score
     by_age = sorted(pending, key=_submission_key)
     by_age.sort(key=lambda job: scores[job.id])

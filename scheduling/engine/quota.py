@@ -6,7 +6,8 @@ user would have to change):
 1. the priority class is in ``allowed_priority_classes`` → ``QuotaClassNotAllowed``
    (the DB layer refuses such submissions; a job can still slip in when a new
    policy version narrows the list);
-2. the job's duration (its ``max_duration_s``, else its estimate) is within
+2. the job's run-time limit (:func:`run_time.limit`: its ``max_duration_s``,
+   else its estimate) is within
    ``max_job_duration_s`` → ``QuotaMaxDuration``;
 3. the month's device-hours so far plus this job's (units x estimated hours)
    stay within ``device_hours_per_month`` → ``MonthlyBudgetExhausted``;
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from scheduling.engine import reasons
+from scheduling.engine import reasons, run_time
 from scheduling.engine.capacity import EPS
 from scheduling.engine.policy import DEVICES, Policy, Quota, chip_resource, quota_at
 from scheduling.engine.snapshot import JobState
@@ -242,11 +243,6 @@ def admit_devices(
     return None, "", tuple(ok)
 
 
-def job_duration(job: JobState) -> float:
-    """The duration quota limits judge: the job's max duration, else its estimate."""
-    return job.max_duration_s if job.max_duration_s else job.estimated_duration_s
-
-
 def admit(
     ledger: TeamLedger, job: JobState, chips: tuple[str, ...], units: dict[str, float]
 ) -> tuple[str | None, str, list[str]]:
@@ -254,7 +250,7 @@ def admit(
     allowed = ledger.allowed
     if allowed is not None and job.priority_class not in allowed:
         return reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {job.priority_class} is not allowed", []
-    duration = job.max_duration_s or job.estimated_duration_s
+    duration = run_time.limit(job)
     if ledger.max_duration is not None and duration > ledger.max_duration + EPS:
         return reasons.QUOTA_MAX_DURATION, duration_detail(duration, ledger.max_duration), []
     first_units = units[chips[0]] if chips else float(job.num_devices)
