@@ -91,7 +91,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import partial
 
-from scheduling.engine import array_throttle, dependency, reasons, run_time
+from scheduling.engine import array_throttle, dependency, priority, reasons, run_time
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import user_factors
@@ -99,7 +99,7 @@ from scheduling.engine.feasibility import mark_never_runnable
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
-from scheduling.engine.priority import class_factors, duration_factor
+from scheduling.engine.priority import class_factors, size_scale
 from scheduling.engine.quota import TeamLedger, admit, admit_devices, budget_detail, duration_detail
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
@@ -464,10 +464,9 @@ class Tick:
     def _order(self) -> tuple[list[int], list[_Group]]:
         """The multifactor order (without the starvation guard) and every job's group.
 
-        Same order as :func:`priority.order_pending` (score, then earlier
-        submission, then lower id), computed on plain lists: one float per job;
-        what is constant per (team, user, class) or per (team, class, shape) is
-        computed once.
+        :func:`priority.rank` sums and sorts; what it takes as given (the class and
+        fair-share terms, the job-size term) is worked out here once per (team, user)
+        and per group of jobs.
         """
         pending = self.snapshot.pending
         groups = self._groups()
@@ -477,14 +476,8 @@ class Tick:
         ordering = self.policy.ordering
         w_class = ordering.weight_priority_class
         w_fs = ordering.weight_fair_share
-        w_age = ordering.weight_age
         w_size = ordering.weight_job_size
-        w_dur = ordering.weight_duration
-        long_job = ordering.long_job_s
-        max_age = ordering.max_age_s
-        largest = self.state.largest_node
-        age_scale = w_age / max_age if max_age > 0 else 0.0
-        size_scale = w_size / largest if largest > 0 else 0.0
+        scale = size_scale(ordering, self.state.largest_node)
         class_f = class_factors(self.policy)
         # Fair share per (team, user), looked up team first: no key tuple per job.
         users: dict[str, set[str]] = {}
@@ -501,45 +494,18 @@ class Tick:
         # What is constant per group: its class's term and its job-size term.
         for group in self._distinct:
             group.base = w_class * class_f.get(group.cls, 0.0)
-            if size_scale:
+            if scale:
                 need = group.need
                 units = need.first_units if need.chips else float(group.n)
-                group.size = min(units * size_scale, w_size)
+                group.size = min(units * scale, w_size)
             else:
                 group.size = 0.0
-        now = self.now
-        neg = [0.0] * n
+        fixed = [0.0] * n
         for i in range(n):
             job = pending[i]
-            group = groups[i]
-            # The same sums, in the same order, as :func:`priority.order_pending`'s score.
-            b = group.base + fair_of[job.team][job.user]
-            if max_age <= 0:
-                b = b + w_age
-            else:
-                w = now - job.submitted_at
-                if w >= max_age:
-                    b = b + w_age
-                elif w > 0:
-                    b = b + w * age_scale
-            if size_scale:
-                b = b + group.size
-            if w_dur:
-                b = b + w_dur * duration_factor(run_time.expected(job), long_job)
-            neg[i] = -b
-        idx = sorted(range(n), key=neg.__getitem__)
-        last = neg[idx[0]]
-        for i in range(1, n):
-            score = neg[idx[i]]
-            if score == last:  # ties: earlier submission, then lower id
-                ids = [j.id for j in pending]
-                subs = [j.submitted_at for j in pending]
-                idx = sorted(range(n), key=ids.__getitem__)
-                idx.sort(key=subs.__getitem__)
-                idx.sort(key=neg.__getitem__)
-                break
-            last = score
-        return idx, groups
+            fixed[i] = groups[i].base + fair_of[job.team][job.user]
+        size = [group.size for group in groups] if scale else None
+        return priority.rank(pending, fixed, size, ordering, self.now), groups
 
     def _groups(self) -> list[_Group]:
         """Every pending job's :class:`_Group` (team, class and shape), aligned with ``snapshot.pending``."""
