@@ -100,7 +100,7 @@ from scheduling.engine.placement import Need, Placement, commit, find, need_of_k
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
 from scheduling.engine.priority import class_factors, size_scale
-from scheduling.engine.quota import TeamLedger, admit, admit_devices, budget_detail, duration_detail
+from scheduling.engine.quota import TeamLedger, admit
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
     Decisions,
@@ -151,12 +151,9 @@ class _Group:
 
     __slots__ = (
         "base",
-        "budget",
         "cls",
         "ledger",
-        "max_duration",
         "memo",
-        "mode",
         "n",
         "need",
         "promise",
@@ -175,11 +172,6 @@ class _Group:
         self.static: Wait | None = None
         #: No chip model fits the shape: admission job by job, then the shape's reason.
         self.slow = False
-        #: Anything to check job by job before the shared answer (static, slow, duration, budget).
-        self.mode = False
-        #: The team's max job duration and monthly device-hours, plus the float slack (or ``None``).
-        self.max_duration = None if ledger.max_duration is None else ledger.max_duration + EPS
-        self.budget = None if ledger.budget is None else ledger.budget + EPS
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
         self.memo: dict[int, _Memo] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
@@ -528,9 +520,6 @@ class Tick:
                 group.slow = True  # admission per job, then the static shape reason
             elif ledger.allowed is not None and cls not in ledger.allowed:
                 group.static = Wait(reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not allowed")
-            group.mode = (
-                group.static is not None or group.slow or ledger.max_duration is not None or ledger.budget is not None
-            )
             return group
 
         keys: list[tuple] = []
@@ -582,28 +571,13 @@ class Tick:
             jid = job.id
             ledger = group.ledger
             need = group.need
-            if group.mode:  # admission steps that depend on the job itself (quota.admit's order)
-                if group.static is not None:
-                    waiting[jid] = group.static
-                    continue
-                if group.slow:
-                    self._admit_slow(job, group)
-                    continue
-                most = group.max_duration
-                if most is not None and run_time.limit(job) > most:
-                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, duration_detail(run_time.limit(job), most))
-                    continue
-                budget = group.budget
-                if budget is not None:
-                    hours = need.first_units * job.estimated_duration_s / 3600.0
-                    if ledger.month_hours + hours > budget:
-                        waiting[jid] = Wait(
-                            reasons.MONTHLY_BUDGET_EXHAUSTED, budget_detail(ledger.month_hours, hours, budget)
-                        )
-                        continue
-            adm = ledger.adm.get(need)
-            if adm is None:
-                adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
+            if group.static is not None:  # class not in the policy / not allowed: the whole group
+                waiting[jid] = group.static
+                continue
+            if group.slow:
+                self._admit_slow(job, group)
+                continue
+            adm = admit(ledger, job, need)
             if adm[0] is not None:
                 refusal = refused.get(adm)
                 if refusal is None:
@@ -689,11 +663,11 @@ class Tick:
             elif group.slow:
                 self._admit_slow(job, group)
             else:
-                reason, detail, chips = admit(ledger, job, need.chips, need.units)
+                reason, detail, chips = admit(ledger, job, need, memo=False)
                 if reason is not None:
                     self.out.waiting[jid] = Wait(reason, detail)
                 else:
-                    outcome = self._place_promised(job, need, ledger, chips, group.promise)
+                    outcome = self._place_promised(job, need, ledger, list(chips), group.promise)
                     if outcome is not None:
                         self.out.waiting[jid] = Wait(*outcome)
         finally:
@@ -827,7 +801,7 @@ class Tick:
     def _admit_slow(self, job: JobState, group: _Group) -> None:
         """No chip model fits the shape: the team's limits first, then the shape's reason."""
         need = group.need
-        reason, detail, _ = admit(group.ledger, job, need.chips, need.units)
+        reason, detail, _ = admit(group.ledger, job, need, memo=False)
         if reason is None:
             reason, detail = need.reason or reasons.TOPOLOGY, need.detail
         self.out.waiting[job.id] = Wait(reason, detail)
