@@ -49,6 +49,7 @@ COMPILED = (
     "schedules",
     "snapshot",
     "starvation",
+    "tick_memo",
     "work_lost",
 )
 

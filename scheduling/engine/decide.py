@@ -120,30 +120,10 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
+from scheduling.engine.tick_memo import MemoWait, TickMemo
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
-
-
-class _Memo:
-    """A wait of steps 4c-4g remembered for the jobs of a group after it (see ``Tick.run``)."""
-
-    __slots__ = ("chips", "epoch", "margin", "taken", "version", "wait")
-
-    def __init__(
-        self, chips: tuple[str, ...], version: int, wait: Wait, epoch: int, taken: float, margin: float
-    ) -> None:
-        #: The chip models admission allowed (the answer holds for the same ones).
-        self.chips = chips
-        #: The free state's version it was worked out at: the answer holds while it stands.
-        self.version = version
-        #: The answer, shared by every job it is given to.
-        self.wait = wait
-        #: ``Tick._epoch`` if the wait is stable (it holds across starts while the epoch stands), else -1.
-        self.epoch = epoch
-        #: ``reservations.taken`` when the reservations were last checked, and the margin found then.
-        self.taken = taken
-        self.margin = margin
 
 
 class _Group:
@@ -173,7 +153,7 @@ class _Group:
         #: No chip model fits the shape: admission job by job, then the shape's reason.
         self.slow = False
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
-        self.memo: dict[int, _Memo] = {}
+        self.memo: dict[int, MemoWait] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
@@ -282,19 +262,8 @@ class Tick:
         #: in force (they will start once their victims are gone), as ``(ledger, chip, units,
         #: device-hours)``.
         self._counted: dict[int, tuple[TeamLedger, str, float, float]] = {}
-        #: Bumped whenever the free state changes; keys the memo of waits.
-        self.version = 0
-        #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
-        #: (see :meth:`place`) stays right across starts while this does not change.
-        self._epoch = 0
-        self._stable = False
-        #: ``(id(need), chip)`` whose placement failed: free cards only shrink during a
-        #: tick, so a shape that does not fit now does not fit later in the tick, except
-        #: after a start on held cards (a held card given a slice has room for more).
-        self._find_fail: set[tuple[int, str]] = set()
-        #: Same for placements that may use some holds' cards (keyed by a mask of those holds'
-        #: places in their chip model's list; the holds only shrink too).
-        self._hold_fail: set[tuple[int, str, int]] = set()
+        #: The tick's shrink-only memory of the free state (:mod:`tick_memo`; lives as long as the tick).
+        self.free_memo = TickMemo()
         #: The groups of :meth:`_groups`, each once.
         self._distinct: list[_Group] = []
         #: Running jobs per chip model by expected end (built on the first shadow time).
@@ -601,12 +570,12 @@ class Tick:
             else:
                 rank = 0
             hit = group.memo.get(rank)
-            version = self.version
+            version = self.free_memo.version
             if hit is not None and (hit.chips is chips or hit.chips == chips):
                 if hit.version == version:
                     waiting[jid] = hit.wait
                     continue
-                if hit.epoch == self._epoch:  # a stable wait (see place)
+                if hit.epoch == self.free_memo.epoch:  # a stable wait (see place)
                     if not reserved or reservations.taken - hit.taken < hit.margin:
                         waiting[jid] = hit.wait
                         continue
@@ -620,16 +589,16 @@ class Tick:
             shadows = self._shadows
             if outcome is not None:
                 wait = waiting[jid] = Wait(*outcome)
-                if self.version == version:
-                    entry = group.memo[rank] = _Memo(
+                if self.free_memo.version == version:
+                    entry = group.memo[rank] = MemoWait(
                         chips,
                         version,
                         wait,
-                        self._epoch if self._stable else -1,
+                        self.free_memo.epoch if self.free_memo.stable else -1,
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
                     )
-                    if self._stable and rank >= 0:
+                    if self.free_memo.stable and rank >= 0:
                         # A stable wait did not try the held cards: a longer job of the group (a
                         # higher rank) ends before no more shadow times, so this is its wait too.
                         for higher in range(rank + 1, len(shadows) + 1):
@@ -677,8 +646,8 @@ class Tick:
                 if self._counted.get(jid) != counted:
                     occ = self.state.occupants.get(jid)
                     if occ is None or occ.chip != counted[1] or occ.units < counted[2]:
-                        self._epoch += 1
-                        self.version += 1
+                        self.free_memo.epoch += 1
+                        self.free_memo.version += 1
 
     def _place_promised(
         self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], held: _Promised
@@ -699,16 +668,15 @@ class Tick:
         before = dict(held.free_now)
         for pool, mask in held.free_now:
             state.release_whole(pool, mask)
-        saved = self._find_fail, self._hold_fail, reservations.save()
-        self._find_fail, self._hold_fail = set(), set()
+        kept = reservations.save()
         reservations.forget()
         starts = len(self.out.starts)
         jid = job.id
         del self.promised[jid]
         try:
-            outcome = self.place(job, need, ledger, chips, held.promise)
+            with self.free_memo.set_aside():
+                outcome = self.place(job, need, ledger, chips, held.promise)
         finally:
-            self._find_fail, self._hold_fail, kept = saved
             reservations.restore(kept)
         masks: dict[Pool, int] = {}
         if len(self.out.starts) > starts:  # started: the promise is kept
@@ -736,7 +704,7 @@ class Tick:
         else:
             took = sum((mask & ~before.get(pool, 0) & pool.usable).bit_count() for pool, mask in masks.items())
             if took:  # fewer free cards, as after a start
-                self.version += 1
+                self.free_memo.version += 1
                 reservations.on_taken(float(took))
         return outcome
 
@@ -790,10 +758,7 @@ class Tick:
 
     def _free_grew(self) -> None:
         """Cards came back to the free state mid-tick: drop what assumed it only shrinks."""
-        self._find_fail.clear()
-        self._hold_fail.clear()
-        self._epoch += 1
-        self.version += 1
+        self.free_memo.free_grew()
         self.reservations.forget()
         if self._preemptor is not None:
             self._preemptor.forget()
@@ -842,8 +807,8 @@ class Tick:
     ) -> tuple[str, str, float | None] | None:
         """Steps 4c-4g; ``None`` when the job started or got room by preemption, else its wait.
 
-        Sets ``self._stable`` when the wait cannot change for the rest of the tick
-        while no hold is added, ``_find_fail`` is not cleared and no reservation
+        Sets ``self.free_memo.stable`` when the wait cannot change for the rest of the tick
+        while no hold is added, ``free_memo.find_fail`` is not cleared and no reservation
         starts to hold back devices the job could use: every chip was within the
         reservations or short of free devices anyway, placement
         failed on every open chip (free cards only shrink), the held cards were not
@@ -851,7 +816,7 @@ class Tick:
         only leaves its guarantee) and every open chip already has a blocked job.
         Starts elsewhere do not change such a wait, so the memo keeps it across them.
         """
-        self._stable = True
+        self.free_memo.stable = True
         state = self.state
         units = need.units
         # 4c reservations
@@ -872,7 +837,7 @@ class Tick:
                 headroom[chip] = room
                 if state.chips[chip].free_units + EPS >= units[chip]:
                     held_back = reservations.describe(cls, chip)
-                    self._stable = False  # fewer free devices later may turn this into a plain wait
+                    self.free_memo.stable = False  # fewer free devices later may turn this into a plain wait
                 elif units[chip] > reservations.ceiling(cls, chip) + EPS:
                     # More than the reservations ever leave it: no card coming free, no victim
                     # helps, and a hold would keep cards from jobs that can run (step 5 says
@@ -901,23 +866,22 @@ class Tick:
                         return None
                     return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
                 if self.may_preempt(job, need, chips):
-                    self._stable = False
+                    self.free_memo.stable = False
                     if self.try_preempt(job, need, chips, headroom):
                         return None
                 return reasons.PRIORITY, _PRIORITY_TEXT, None
         # 4e placement
         holds = self.holds
-        find_fail = self._find_fail
-        nid = id(need)
+        find_fail = self.free_memo.find_fail
         for chip in open_chips:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
-            if (nid, chip) in find_fail:
+            if (need, chip) in find_fail:
                 placement = None
             else:
                 placement = find(state, need, chip)
                 if placement is None:
-                    find_fail.add((nid, chip))
+                    find_fail.add((need, chip))
             held = holds.get(chip)
             if placement is None and held is not None:
                 duration = run_time.expected(job) or 0.0
@@ -928,7 +892,7 @@ class Tick:
                     or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
                 ]
                 if usable:
-                    self._stable = False
+                    self.free_memo.stable = False
                     placement = self.find_with_hold(need, chip, usable)
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=held is not None)
@@ -938,7 +902,7 @@ class Tick:
             return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
         preemptor = self._preemptor
         if (preemptor is None or preemptor.searches < MAX_SEARCHES_PER_TICK) and self.may_preempt(job, need, chips):
-            self._stable = False
+            self.free_memo.stable = False
             if self.try_preempt(job, need, chips, headroom):
                 return None
         # 4g blocked
@@ -952,8 +916,8 @@ class Tick:
         which = 0  # the usable holds as a mask of their places in the chip's list of holds
         for hold in usable:
             which |= 1 << hold.place
-        key = (id(need), chip, which)
-        if key in self._hold_fail:
+        key = (need, chip, which)
+        if key in self.free_memo.hold_fail:
             # Known not to fit (the free cards and the holds only shrink). Releasing and
             # re-taking the held cards moves their pools to the end of their buckets,
             # which later placements see: do just that.
@@ -987,10 +951,10 @@ class Tick:
                     kept.append((pool, rest))
             hold.free_now = kept
         if placement is None:
-            self._hold_fail.add(key)
+            self.free_memo.hold_fail.add(key)
         else:  # a held card may become a sliced card with room left: visible to plain placement
-            self._find_fail.clear()
-            self._epoch += 1
+            self.free_memo.find_fail.clear()
+            self.free_memo.epoch += 1
         return placement
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
@@ -1023,7 +987,7 @@ class Tick:
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(job.id, slots, backfilled))
-        self.version += 1
+        self.free_memo.version += 1
 
     def _start_whole(
         self, job: JobState, ledger: TeamLedger, units: float, pool: Pool, placement: Placement, backfilled: bool
@@ -1063,7 +1027,7 @@ class Tick:
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(jid, slots, backfilled))
-        self.version += 1
+        self.free_memo.version += 1
 
     def try_preempt(self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]) -> bool:
         plan: Plan | None = self.preemptor.plan(job, need, chips, headroom)
@@ -1084,7 +1048,7 @@ class Tick:
                 self._hold_new(promise)
         detail = f"{len(plan.victims)} job(s) preempted" if plan.victims else _LEAVING_TEXT
         self.wait(job.id, reasons.PREEMPTION_GRACE, detail, plan.start_at)
-        self.version += 1
+        self.free_memo.version += 1
         return True
 
     def _hold_new(self, promise: Promise) -> None:
@@ -1115,7 +1079,7 @@ class Tick:
             if backfill:
                 return reasons.RESOURCES, "", None
             return reasons.PRIORITY, _PRIORITY_TEXT, None
-        self._stable = False
+        self.free_memo.stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in fresh:
             found = shadow(self.state, need, chip, self.releases(chip))
@@ -1128,7 +1092,7 @@ class Tick:
             self.hold(job, chip, at, devices)
         else:
             self.blocked.update(c for c in fresh)
-        self.version += 1
+        self.free_memo.version += 1
         # A pool whose cards never all come free (a job without any duration holds one) has no
         # start time to show: the hold stays (it keeps nothing from a job that ends), no estimate.
         return reasons.RESOURCES, "", at if at < math.inf else None
@@ -1140,7 +1104,7 @@ class Tick:
         it busy until those jobs would end (:meth:`releases`), so holds never overlap
         in time on a card. See :mod:`starvation`.
         """
-        self._stable = False
+        self.free_memo.stable = False
         guard = self.guard
         room = [c for c in chips if sum(1 for h in self.holds.get(c, ()) if h.starving) < MAX_HOLDS_PER_CHIP]
         if not room:
@@ -1158,7 +1122,7 @@ class Tick:
         duration = run_time.expected(job) or 0.0
         until = at + duration if duration > 0 else math.inf
         self.hold(job, chip, at, devices, starving=True, until=until)
-        self.version += 1
+        self.free_memo.version += 1
         where = self.state.where
         nodes = sorted({where[dev][0].node for dev in devices if dev in where})
         return reasons.RESOURCES, held_detail(guard, job, nodes, at, self.policy), at
@@ -1190,7 +1154,7 @@ class Tick:
         if starving:
             self._starving_holds.append(hold)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
-        self._epoch += 1
+        self.free_memo.epoch += 1
 
     def releases(self, chip: str) -> Iterable[Release]:
         """Expected card releases on ``chip``, in time order (for the shadow time).

@@ -45,7 +45,8 @@ from scheduling.engine.policy import DEVICES, Policy, Quota, chip_resource, quot
 from scheduling.engine.snapshot import JobState
 from scheduling.engine.words import a_run, count, duration_words
 
-#: ``chip model -> "devices/<chip>"`` (the hot path asks for the same few keys).
+#: ``chip model -> "devices/<chip>"`` (the hot path asks for the same few keys). Keyed by the
+#: chip model's name, so it holds for the life of the process; bounded all the same.
 _KEYS: dict[str, str] = {}
 
 
@@ -64,20 +65,9 @@ def quota_in_force(policy: Policy, team: str, at: datetime) -> tuple[Quota, str 
     return quota_at(policy, team, at)
 
 
-#: ``id(quota) -> (quota, {chip: max})``: a tick makes a ledger per team, the quotas stay.
-_BY_CHIP: dict[int, tuple[Quota, dict[str, float]]] = {}
-
-
 def _max_by_chip(quota: Quota) -> dict[str, float]:
-    """``max`` per chip model of ``quota`` (shared, read-only)."""
-    hit = _BY_CHIP.get(id(quota))
-    if hit is not None and hit[0] is quota:
-        return hit[1]
-    by_chip = {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
-    if len(_BY_CHIP) > 4096:
-        _BY_CHIP.clear()
-    _BY_CHIP[id(quota)] = (quota, by_chip)
-    return by_chip
+    """``max`` per chip model of ``quota`` (the ``devices/<chip>`` keys; a few per team, worked out per ledger)."""
+    return {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
 
 
 #: What admission answers: ``(reason, detail, chips)``, ``reason`` ``None`` and the chip models
