@@ -21,8 +21,8 @@ from typing import TextIO
 from npuctl.durations import parse_seconds
 from npuportal import csv_export
 from scheduling.engine.policy import DEVICES, Policy, chip_resource, parse_policy
-from scheduling.engine.simulator import BASELINES, DEFAULT_START, SimulationError, parse_baselines, run_simulation
-from scheduling.engine.traces import ClusterSpec, InputError, load_cluster, load_trace
+from scheduling.sim import BASELINES, DEFAULT_START, SimulationError, parse_baselines, run_simulation
+from scheduling.sim.traces import ClusterSpec, InputError, load_cluster, load_trace
 
 
 def load_policy(path: str | Path, cluster: ClusterSpec | None = None) -> Policy:

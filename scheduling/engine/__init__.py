@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 #: The modules compiled together (one mypyc group, so calls between them are native).
-#: The rest (parsing and printing policies, traces, the simulator's driver, the
-#: benchmark) run as plain Python either way.
+#: The rest (parsing and printing policies, the benchmark) run as plain Python either way;
+#: the simulator lives outside the package (:mod:`scheduling.sim`), ``simulator`` and
+#: ``traces`` here only re-export it.
 COMPILED = (
     "array_throttle",
     "backfill",
@@ -44,9 +45,11 @@ COMPILED = (
     "reasons",
     "record",
     "reservations",
+    "run_time",
     "schedules",
     "snapshot",
     "starvation",
+    "tick_memo",
     "work_lost",
 )
 

@@ -91,7 +91,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import partial
 
-from scheduling.engine import array_throttle, dependency, reasons
+from scheduling.engine import array_throttle, dependency, priority, reasons, run_time
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.fairshare import user_factors
@@ -99,8 +99,8 @@ from scheduling.engine.feasibility import mark_never_runnable
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
 from scheduling.engine.policy import DEVICES, chip_resource, policy_clock, quota_for_team
 from scheduling.engine.preemption import MAX_SEARCHES_PER_TICK, Plan, Preemptor
-from scheduling.engine.priority import class_factors, duration_factor, job_duration
-from scheduling.engine.quota import TeamLedger, admit, admit_devices, budget_detail, duration_detail
+from scheduling.engine.priority import class_factors, size_scale
+from scheduling.engine.quota import TeamLedger, admit
 from scheduling.engine.reservations import ReservationLedger
 from scheduling.engine.snapshot import (
     Decisions,
@@ -120,30 +120,10 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
+from scheduling.engine.tick_memo import MemoWait, TickMemo
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
-
-
-class _Memo:
-    """A wait of steps 4c-4g remembered for the jobs of a group after it (see ``Tick.run``)."""
-
-    __slots__ = ("chips", "epoch", "margin", "taken", "version", "wait")
-
-    def __init__(
-        self, chips: tuple[str, ...], version: int, wait: Wait, epoch: int, taken: float, margin: float
-    ) -> None:
-        #: The chip models admission allowed (the answer holds for the same ones).
-        self.chips = chips
-        #: The free state's version it was worked out at: the answer holds while it stands.
-        self.version = version
-        #: The answer, shared by every job it is given to.
-        self.wait = wait
-        #: ``Tick._epoch`` if the wait is stable (it holds across starts while the epoch stands), else -1.
-        self.epoch = epoch
-        #: ``reservations.taken`` when the reservations were last checked, and the margin found then.
-        self.taken = taken
-        self.margin = margin
 
 
 class _Group:
@@ -151,12 +131,9 @@ class _Group:
 
     __slots__ = (
         "base",
-        "budget",
         "cls",
         "ledger",
-        "max_duration",
         "memo",
-        "mode",
         "n",
         "need",
         "promise",
@@ -175,13 +152,8 @@ class _Group:
         self.static: Wait | None = None
         #: No chip model fits the shape: admission job by job, then the shape's reason.
         self.slow = False
-        #: Anything to check job by job before the shared answer (static, slow, duration, budget).
-        self.mode = False
-        #: The team's max job duration and monthly device-hours, plus the float slack (or ``None``).
-        self.max_duration = None if ledger.max_duration is None else ledger.max_duration + EPS
-        self.budget = None if ledger.budget is None else ledger.budget + EPS
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
-        self.memo: dict[int, _Memo] = {}
+        self.memo: dict[int, MemoWait] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
@@ -290,19 +262,8 @@ class Tick:
         #: in force (they will start once their victims are gone), as ``(ledger, chip, units,
         #: device-hours)``.
         self._counted: dict[int, tuple[TeamLedger, str, float, float]] = {}
-        #: Bumped whenever the free state changes; keys the memo of waits.
-        self.version = 0
-        #: Bumped when a hold is added or ``_find_fail`` is cleared: a *stable* wait
-        #: (see :meth:`place`) stays right across starts while this does not change.
-        self._epoch = 0
-        self._stable = False
-        #: ``(id(need), chip)`` whose placement failed: free cards only shrink during a
-        #: tick, so a shape that does not fit now does not fit later in the tick, except
-        #: after a start on held cards (a held card given a slice has room for more).
-        self._find_fail: set[tuple[int, str]] = set()
-        #: Same for placements that may use some holds' cards (keyed by a mask of those holds'
-        #: places in their chip model's list; the holds only shrink too).
-        self._hold_fail: set[tuple[int, str, int]] = set()
+        #: The tick's shrink-only memory of the free state (:mod:`tick_memo`; lives as long as the tick).
+        self.free_memo = TickMemo()
         #: The groups of :meth:`_groups`, each once.
         self._distinct: list[_Group] = []
         #: Running jobs per chip model by expected end (built on the first shadow time).
@@ -339,7 +300,7 @@ class Tick:
                 state.take_whole(pool, mask)
             self.promised[jid] = _Promised(promise, list(masks.items()))
             self._promised_devices[jid] = frozenset(promise.devices)
-            duration = job_duration(job) or math.inf
+            duration = run_time.expected(job) or math.inf
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
             spot = where.get(promise.devices[0]) if promise.devices else None
             if spot is not None:
@@ -464,10 +425,9 @@ class Tick:
     def _order(self) -> tuple[list[int], list[_Group]]:
         """The multifactor order (without the starvation guard) and every job's group.
 
-        Same order as :func:`priority.order_pending` (score, then earlier
-        submission, then lower id), computed on plain lists: one float per job;
-        what is constant per (team, user, class) or per (team, class, shape) is
-        computed once.
+        :func:`priority.rank` sums and sorts; what it takes as given (the class and
+        fair-share terms, the job-size term) is worked out here once per (team, user)
+        and per group of jobs.
         """
         pending = self.snapshot.pending
         groups = self._groups()
@@ -477,14 +437,8 @@ class Tick:
         ordering = self.policy.ordering
         w_class = ordering.weight_priority_class
         w_fs = ordering.weight_fair_share
-        w_age = ordering.weight_age
         w_size = ordering.weight_job_size
-        w_dur = ordering.weight_duration
-        long_job = ordering.long_job_s
-        max_age = ordering.max_age_s
-        largest = self.state.largest_node
-        age_scale = w_age / max_age if max_age > 0 else 0.0
-        size_scale = w_size / largest if largest > 0 else 0.0
+        scale = size_scale(ordering, self.state.largest_node)
         class_f = class_factors(self.policy)
         # Fair share per (team, user), looked up team first: no key tuple per job.
         users: dict[str, set[str]] = {}
@@ -501,45 +455,18 @@ class Tick:
         # What is constant per group: its class's term and its job-size term.
         for group in self._distinct:
             group.base = w_class * class_f.get(group.cls, 0.0)
-            if size_scale:
+            if scale:
                 need = group.need
                 units = need.first_units if need.chips else float(group.n)
-                group.size = min(units * size_scale, w_size)
+                group.size = min(units * scale, w_size)
             else:
                 group.size = 0.0
-        now = self.now
-        neg = [0.0] * n
+        fixed = [0.0] * n
         for i in range(n):
             job = pending[i]
-            group = groups[i]
-            # The same sums, in the same order, as :func:`priority.order_pending`'s score.
-            b = group.base + fair_of[job.team][job.user]
-            if max_age <= 0:
-                b = b + w_age
-            else:
-                w = now - job.submitted_at
-                if w >= max_age:
-                    b = b + w_age
-                elif w > 0:
-                    b = b + w * age_scale
-            if size_scale:
-                b = b + group.size
-            if w_dur:
-                b = b + w_dur * duration_factor(job_duration(job), long_job)
-            neg[i] = -b
-        idx = sorted(range(n), key=neg.__getitem__)
-        last = neg[idx[0]]
-        for i in range(1, n):
-            score = neg[idx[i]]
-            if score == last:  # ties: earlier submission, then lower id
-                ids = [j.id for j in pending]
-                subs = [j.submitted_at for j in pending]
-                idx = sorted(range(n), key=ids.__getitem__)
-                idx.sort(key=subs.__getitem__)
-                idx.sort(key=neg.__getitem__)
-                break
-            last = score
-        return idx, groups
+            fixed[i] = groups[i].base + fair_of[job.team][job.user]
+        size = [group.size for group in groups] if scale else None
+        return priority.rank(pending, fixed, size, ordering, self.now), groups
 
     def _groups(self) -> list[_Group]:
         """Every pending job's :class:`_Group` (team, class and shape), aligned with ``snapshot.pending``."""
@@ -562,9 +489,6 @@ class Tick:
                 group.slow = True  # admission per job, then the static shape reason
             elif ledger.allowed is not None and cls not in ledger.allowed:
                 group.static = Wait(reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {cls} is not allowed")
-            group.mode = (
-                group.static is not None or group.slow or ledger.max_duration is not None or ledger.budget is not None
-            )
             return group
 
         keys: list[tuple] = []
@@ -616,29 +540,13 @@ class Tick:
             jid = job.id
             ledger = group.ledger
             need = group.need
-            if group.mode:  # admission steps that depend on the job itself (quota.admit's order)
-                if group.static is not None:
-                    waiting[jid] = group.static
-                    continue
-                if group.slow:
-                    self._admit_slow(job, group)
-                    continue
-                limit = group.max_duration
-                if limit is not None and (job.max_duration_s or job.estimated_duration_s) > limit:
-                    duration = job.max_duration_s or job.estimated_duration_s
-                    waiting[jid] = Wait(reasons.QUOTA_MAX_DURATION, duration_detail(duration, limit))
-                    continue
-                budget = group.budget
-                if budget is not None:
-                    hours = need.first_units * job.estimated_duration_s / 3600.0
-                    if ledger.month_hours + hours > budget:
-                        waiting[jid] = Wait(
-                            reasons.MONTHLY_BUDGET_EXHAUSTED, budget_detail(ledger.month_hours, hours, budget)
-                        )
-                        continue
-            adm = ledger.adm.get(need)
-            if adm is None:
-                adm = ledger.adm[need] = admit_devices(ledger, need.chips, need.units, need.first_units)
+            if group.static is not None:  # class not in the policy / not allowed: the whole group
+                waiting[jid] = group.static
+                continue
+            if group.slow:
+                self._admit_slow(job, group)
+                continue
+            adm = admit(ledger, job, need)
             if adm[0] is not None:
                 refusal = refused.get(adm)
                 if refusal is None:
@@ -657,17 +565,17 @@ class Tick:
             # the long tail of a full queue is answered from this memo. With holds,
             # the answer also depends on which shadow times the job ends before.
             if holds:
-                duration = job_duration(job) or 0.0
+                duration = run_time.expected(job) or 0.0
                 rank = bisect_left(shadows, now + duration) if duration > 0 else -1
             else:
                 rank = 0
             hit = group.memo.get(rank)
-            version = self.version
+            version = self.free_memo.version
             if hit is not None and (hit.chips is chips or hit.chips == chips):
                 if hit.version == version:
                     waiting[jid] = hit.wait
                     continue
-                if hit.epoch == self._epoch:  # a stable wait (see place)
+                if hit.epoch == self.free_memo.epoch:  # a stable wait (see place)
                     if not reserved or reservations.taken - hit.taken < hit.margin:
                         waiting[jid] = hit.wait
                         continue
@@ -681,16 +589,16 @@ class Tick:
             shadows = self._shadows
             if outcome is not None:
                 wait = waiting[jid] = Wait(*outcome)
-                if self.version == version:
-                    entry = group.memo[rank] = _Memo(
+                if self.free_memo.version == version:
+                    entry = group.memo[rank] = MemoWait(
                         chips,
                         version,
                         wait,
-                        self._epoch if self._stable else -1,
+                        self.free_memo.epoch if self.free_memo.stable else -1,
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
                     )
-                    if self._stable and rank >= 0:
+                    if self.free_memo.stable and rank >= 0:
                         # A stable wait did not try the held cards: a longer job of the group (a
                         # higher rank) ends before no more shadow times, so this is its wait too.
                         for higher in range(rank + 1, len(shadows) + 1):
@@ -724,11 +632,11 @@ class Tick:
             elif group.slow:
                 self._admit_slow(job, group)
             else:
-                reason, detail, chips = admit(ledger, job, need.chips, need.units)
+                reason, detail, chips = admit(ledger, job, need, memo=False)
                 if reason is not None:
                     self.out.waiting[jid] = Wait(reason, detail)
                 else:
-                    outcome = self._place_promised(job, need, ledger, chips, group.promise)
+                    outcome = self._place_promised(job, need, ledger, list(chips), group.promise)
                     if outcome is not None:
                         self.out.waiting[jid] = Wait(*outcome)
         finally:
@@ -738,8 +646,8 @@ class Tick:
                 if self._counted.get(jid) != counted:
                     occ = self.state.occupants.get(jid)
                     if occ is None or occ.chip != counted[1] or occ.units < counted[2]:
-                        self._epoch += 1
-                        self.version += 1
+                        self.free_memo.epoch += 1
+                        self.free_memo.version += 1
 
     def _place_promised(
         self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], held: _Promised
@@ -760,16 +668,15 @@ class Tick:
         before = dict(held.free_now)
         for pool, mask in held.free_now:
             state.release_whole(pool, mask)
-        saved = self._find_fail, self._hold_fail, reservations.save()
-        self._find_fail, self._hold_fail = set(), set()
+        kept = reservations.save()
         reservations.forget()
         starts = len(self.out.starts)
         jid = job.id
         del self.promised[jid]
         try:
-            outcome = self.place(job, need, ledger, chips, held.promise)
+            with self.free_memo.set_aside():
+                outcome = self.place(job, need, ledger, chips, held.promise)
         finally:
-            self._find_fail, self._hold_fail, kept = saved
             reservations.restore(kept)
         masks: dict[Pool, int] = {}
         if len(self.out.starts) > starts:  # started: the promise is kept
@@ -797,7 +704,7 @@ class Tick:
         else:
             took = sum((mask & ~before.get(pool, 0) & pool.usable).bit_count() for pool, mask in masks.items())
             if took:  # fewer free cards, as after a start
-                self.version += 1
+                self.free_memo.version += 1
                 reservations.on_taken(float(took))
         return outcome
 
@@ -851,10 +758,7 @@ class Tick:
 
     def _free_grew(self) -> None:
         """Cards came back to the free state mid-tick: drop what assumed it only shrinks."""
-        self._find_fail.clear()
-        self._hold_fail.clear()
-        self._epoch += 1
-        self.version += 1
+        self.free_memo.free_grew()
         self.reservations.forget()
         if self._preemptor is not None:
             self._preemptor.forget()
@@ -862,7 +766,7 @@ class Tick:
     def _admit_slow(self, job: JobState, group: _Group) -> None:
         """No chip model fits the shape: the team's limits first, then the shape's reason."""
         need = group.need
-        reason, detail, _ = admit(group.ledger, job, need.chips, need.units)
+        reason, detail, _ = admit(group.ledger, job, need, memo=False)
         if reason is None:
             reason, detail = need.reason or reasons.TOPOLOGY, need.detail
         self.out.waiting[job.id] = Wait(reason, detail)
@@ -903,8 +807,8 @@ class Tick:
     ) -> tuple[str, str, float | None] | None:
         """Steps 4c-4g; ``None`` when the job started or got room by preemption, else its wait.
 
-        Sets ``self._stable`` when the wait cannot change for the rest of the tick
-        while no hold is added, ``_find_fail`` is not cleared and no reservation
+        Sets ``self.free_memo.stable`` when the wait cannot change for the rest of the tick
+        while no hold is added, ``free_memo.find_fail`` is not cleared and no reservation
         starts to hold back devices the job could use: every chip was within the
         reservations or short of free devices anyway, placement
         failed on every open chip (free cards only shrink), the held cards were not
@@ -912,7 +816,7 @@ class Tick:
         only leaves its guarantee) and every open chip already has a blocked job.
         Starts elsewhere do not change such a wait, so the memo keeps it across them.
         """
-        self._stable = True
+        self.free_memo.stable = True
         state = self.state
         units = need.units
         # 4c reservations
@@ -933,7 +837,7 @@ class Tick:
                 headroom[chip] = room
                 if state.chips[chip].free_units + EPS >= units[chip]:
                     held_back = reservations.describe(cls, chip)
-                    self._stable = False  # fewer free devices later may turn this into a plain wait
+                    self.free_memo.stable = False  # fewer free devices later may turn this into a plain wait
                 elif units[chip] > reservations.ceiling(cls, chip) + EPS:
                     # More than the reservations ever leave it: no card coming free, no victim
                     # helps, and a hold would keep cards from jobs that can run (step 5 says
@@ -962,26 +866,25 @@ class Tick:
                         return None
                     return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
                 if self.may_preempt(job, need, chips):
-                    self._stable = False
+                    self.free_memo.stable = False
                     if self.try_preempt(job, need, chips, headroom):
                         return None
                 return reasons.PRIORITY, _PRIORITY_TEXT, None
         # 4e placement
         holds = self.holds
-        find_fail = self._find_fail
-        nid = id(need)
+        find_fail = self.free_memo.find_fail
         for chip in open_chips:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
-            if (nid, chip) in find_fail:
+            if (need, chip) in find_fail:
                 placement = None
             else:
                 placement = find(state, need, chip)
                 if placement is None:
-                    find_fail.add((nid, chip))
+                    find_fail.add((need, chip))
             held = holds.get(chip)
             if placement is None and held is not None:
-                duration = job_duration(job) or 0.0
+                duration = run_time.expected(job) or 0.0
                 usable = [
                     hold
                     for hold in held
@@ -989,7 +892,7 @@ class Tick:
                     or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
                 ]
                 if usable:
-                    self._stable = False
+                    self.free_memo.stable = False
                     placement = self.find_with_hold(need, chip, usable)
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=held is not None)
@@ -999,7 +902,7 @@ class Tick:
             return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
         preemptor = self._preemptor
         if (preemptor is None or preemptor.searches < MAX_SEARCHES_PER_TICK) and self.may_preempt(job, need, chips):
-            self._stable = False
+            self.free_memo.stable = False
             if self.try_preempt(job, need, chips, headroom):
                 return None
         # 4g blocked
@@ -1013,8 +916,8 @@ class Tick:
         which = 0  # the usable holds as a mask of their places in the chip's list of holds
         for hold in usable:
             which |= 1 << hold.place
-        key = (id(need), chip, which)
-        if key in self._hold_fail:
+        key = (need, chip, which)
+        if key in self.free_memo.hold_fail:
             # Known not to fit (the free cards and the holds only shrink). Releasing and
             # re-taking the held cards moves their pools to the end of their buckets,
             # which later placements see: do just that.
@@ -1048,10 +951,10 @@ class Tick:
                     kept.append((pool, rest))
             hold.free_now = kept
         if placement is None:
-            self._hold_fail.add(key)
+            self.free_memo.hold_fail.add(key)
         else:  # a held card may become a sliced card with room left: visible to plain placement
-            self._find_fail.clear()
-            self._epoch += 1
+            self.free_memo.find_fail.clear()
+            self.free_memo.epoch += 1
         return placement
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
@@ -1075,7 +978,7 @@ class Tick:
                         state.hide_slices(pool, i)
                         if (pool, i) not in hold.sliced_now:
                             hold.sliced_now.append((pool, i))
-        duration = job_duration(job) or 0.0
+        duration = run_time.expected(job) or 0.0
         # Without an estimate or a max the job has no known end, as expected_end says once it runs.
         end = self.now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, self.now, job.preempt_deadline)
@@ -1084,7 +987,7 @@ class Tick:
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(job.id, slots, backfilled))
-        self.version += 1
+        self.free_memo.version += 1
 
     def _start_whole(
         self, job: JobState, ledger: TeamLedger, units: float, pool: Pool, placement: Placement, backfilled: bool
@@ -1102,7 +1005,7 @@ class Tick:
         ledger.month_hours += units * job.estimated_duration_s / 3600.0
         self.reservations.on_start(job.priority_class, chip, units)
         now = self.now
-        duration = job_duration(job) or 0.0
+        duration = run_time.expected(job) or 0.0
         end = now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, now, job.preempt_deadline)  # type: ignore[arg-type]
         jid = job.id
@@ -1124,7 +1027,7 @@ class Tick:
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(jid, slots, backfilled))
-        self.version += 1
+        self.free_memo.version += 1
 
     def try_preempt(self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]) -> bool:
         plan: Plan | None = self.preemptor.plan(job, need, chips, headroom)
@@ -1135,7 +1038,7 @@ class Tick:
         for occ, why in plan.victims:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
             self._changed.append(occ)
-        duration = job_duration(job) or math.inf  # (no known end: never)
+        duration = run_time.expected(job) or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
         units = need.units[plan.chip]
         self._count(job.id, self.ledgers[job.team], plan.chip, units, units * job.estimated_duration_s / 3600.0)
@@ -1145,7 +1048,7 @@ class Tick:
                 self._hold_new(promise)
         detail = f"{len(plan.victims)} job(s) preempted" if plan.victims else _LEAVING_TEXT
         self.wait(job.id, reasons.PREEMPTION_GRACE, detail, plan.start_at)
-        self.version += 1
+        self.free_memo.version += 1
         return True
 
     def _hold_new(self, promise: Promise) -> None:
@@ -1176,7 +1079,7 @@ class Tick:
             if backfill:
                 return reasons.RESOURCES, "", None
             return reasons.PRIORITY, _PRIORITY_TEXT, None
-        self._stable = False
+        self.free_memo.stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in fresh:
             found = shadow(self.state, need, chip, self.releases(chip))
@@ -1189,7 +1092,7 @@ class Tick:
             self.hold(job, chip, at, devices)
         else:
             self.blocked.update(c for c in fresh)
-        self.version += 1
+        self.free_memo.version += 1
         # A pool whose cards never all come free (a job without any duration holds one) has no
         # start time to show: the hold stays (it keeps nothing from a job that ends), no estimate.
         return reasons.RESOURCES, "", at if at < math.inf else None
@@ -1201,7 +1104,7 @@ class Tick:
         it busy until those jobs would end (:meth:`releases`), so holds never overlap
         in time on a card. See :mod:`starvation`.
         """
-        self._stable = False
+        self.free_memo.stable = False
         guard = self.guard
         room = [c for c in chips if sum(1 for h in self.holds.get(c, ()) if h.starving) < MAX_HOLDS_PER_CHIP]
         if not room:
@@ -1216,10 +1119,10 @@ class Tick:
             why = "its cards are not known to come free (a job without any duration holds them)"
             return reasons.RESOURCES, unheld_detail(guard, job, why), None
         at, chip, devices = best
-        duration = job_duration(job) or 0.0
+        duration = run_time.expected(job) or 0.0
         until = at + duration if duration > 0 else math.inf
         self.hold(job, chip, at, devices, starving=True, until=until)
-        self.version += 1
+        self.free_memo.version += 1
         where = self.state.where
         nodes = sorted({where[dev][0].node for dev in devices if dev in where})
         return reasons.RESOURCES, held_detail(guard, job, nodes, at, self.policy), at
@@ -1251,7 +1154,7 @@ class Tick:
         if starving:
             self._starving_holds.append(hold)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
-        self._epoch += 1
+        self.free_memo.epoch += 1
 
     def releases(self, chip: str) -> Iterable[Release]:
         """Expected card releases on ``chip``, in time order (for the shadow time).

@@ -49,7 +49,7 @@ from bisect import bisect_right, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from scheduling.engine import reasons
+from scheduling.engine import reasons, run_time
 from scheduling.engine.capacity import EPS, expected_end
 from scheduling.engine.policy import DEVICES, chip_resource
 from scheduling.engine.quota import quota_in_force
@@ -519,8 +519,8 @@ class _Quotas:
 
 
 def _duration(job: JobState) -> float:
-    """How long a planned job keeps its cards: its estimate, else its max duration, else forever."""
-    return job.estimated_duration_s or job.max_duration_s or INF
+    """How long a planned job keeps its cards: :func:`run_time.expected`, else forever."""
+    return run_time.expected(job) or INF
 
 
 #: What a team holds now: ``(expected end, chip model, device units)`` per running or started job.

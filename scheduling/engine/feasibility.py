@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduling.engine import reasons
+from scheduling.engine import reasons, run_time
 from scheduling.engine.capacity import ClusterState
 from scheduling.engine.placement import Need, need_of_key
 from scheduling.engine.policy import DEVICES, Policy, Quota, Reservation, TeamPolicy, chip_resource, merge_quota
@@ -58,7 +58,7 @@ class Request:
     chip_model: str | None = None
     vnpu_template: str | None = None
     priority_class: str | None = None
-    #: What admission counts: the job's ``max_duration_s``, else its estimate.
+    #: What admission counts: the job's run-time limit (:func:`run_time.limit`).
     duration_s: float = 0.0
     #: For the monthly budget: device units × estimated hours.
     estimated_duration_s: float = 0.0
@@ -394,7 +394,7 @@ def _verdict(
         chip_model=job.chip_model,
         vnpu_template=job.vnpu_template,
         priority_class=job.priority_class,
-        duration_s=float(job.max_duration_s or job.estimated_duration_s),
+        duration_s=float(run_time.limit(job)),
         estimated_duration_s=float(job.estimated_duration_s),
     )
     found = None if reserved_only else quota_check(snapshot.policy, request, units)

@@ -9,8 +9,9 @@
 * age: ``min(waited / max_age, 1)``;
 * job size: ``device units / largest node``, capped at 1;
 * duration (shorter first): ``1 - ln(1 + d / 1 min) / ln(1 + longJob / 1 min)``,
-  clamped to ``[0, 1]``, for the job's estimated duration ``d`` (else its
-  maximum; a job with neither scores 0). On a log scale because
+  clamped to ``[0, 1]``, for the job's expected run time ``d``
+  (:func:`run_time.expected`: its estimate, else its maximum; a job with
+  neither scores 0). On a log scale because
   runs span seconds to weeks: each tenfold shorter run gains the same. Short
   runs first cut the waits of most jobs; the starvation guard
   (:mod:`starvation`) keeps the long ones from waiting for ever.
@@ -18,10 +19,10 @@
 Ties go to the earlier submission, then the lower id, so the order is total
 and the same on every tick.
 
-:func:`order_pending` is the plain statement of the order. The tick computes
-the same order inline on flat lists (``decide.Tick.order``: one float per job,
-one sort when no two scores tie); ``tests/engine/test_engine_fastpath.py``
-checks the two agree.
+:func:`rank` is the one place the scores are summed and sorted (one float per
+job, one sort when no two scores tie). :func:`order_pending` feeds it job by
+job; the tick (``decide.Tick.order``) feeds it the terms it works out once per
+group of jobs; ``tests/engine/test_engine_fastpath.py`` checks the two agree.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduling.engine import run_time
 from scheduling.engine.policy import Ordering, Policy
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import JobState
@@ -70,16 +72,6 @@ def size_factor(units: float, largest_node: int) -> float:
 _MINUTE = 60.0
 
 
-def job_duration(job: JobState) -> float | None:
-    """What the order knows of ``job``'s run time: its estimate, else its maximum, else nothing.
-
-    The estimate first, as backfill reads it: it is the job's own figure, and no more than
-    its maximum (submission checks that). The maximum is often the team's
-    ``maxJobDuration``, given to every job that names none, so it tells jobs apart less.
-    """
-    return job.estimated_duration_s or job.max_duration_s or None
-
-
 def duration_factor(duration_s: float | None, long_job_s: float) -> float:
     """1 for an instant run, 0 for one of ``long_job_s`` or longer (or of unknown length); log scale between."""
     if duration_s is None or long_job_s <= 0:
@@ -114,7 +106,7 @@ def job_factors(
         fair_share,
         age_factor(now - job.submitted_at, ordering.max_age_s),
         size_factor(units, largest_node),
-        duration_factor(job_duration(job), ordering.long_job_s),
+        duration_factor(run_time.expected(job), ordering.long_job_s),
     )
 
 
@@ -127,43 +119,74 @@ def order_pending(
     size_units: Callable[[JobState], float],
     largest_node: int,
 ) -> list[JobState]:
-    """Pending jobs, highest priority first (ties: earlier submission, lower id)."""
+    """Pending jobs, highest priority first (ties: earlier submission, lower id).
+
+    The plain statement of the order, job by job; :func:`rank` does the sums and the sort.
+    """
+    jobs = list(pending)
     w_class = ordering.weight_priority_class
     w_fs = ordering.weight_fair_share
-    w_age = ordering.weight_age
     w_size = ordering.weight_job_size
+    scale = size_scale(ordering, largest_node)
+    fixed = [w_class * class_f.get(job.priority_class, 0.0) + w_fs * fair_share_of(job.team, job.user) for job in jobs]
+    size = [min(size_units(job) * scale, w_size) for job in jobs] if scale else None
+    return [jobs[i] for i in rank(jobs, fixed, size, ordering, now)]
+
+
+def size_scale(ordering: Ordering, largest_node: int) -> float:
+    """The job-size term per device unit (0: the term is off): ``min(units x scale, weight)``."""
+    return ordering.weight_job_size / largest_node if largest_node > 0 else 0.0
+
+
+def rank(
+    pending: list[JobState], fixed: list[float], size: list[float] | None, ordering: Ordering, now: float
+) -> list[int]:
+    """The order: indices into ``pending``, highest priority first (ties: earlier submission, lower id).
+
+    The one place the priority is summed and sorted. ``fixed[i]``: job ``i``'s class
+    term plus its fair-share term (the same per team, user and class, so the caller
+    works them out once per group); ``size[i]``: its job-size term (``None``: the
+    term is off). The age and duration terms are the job's own. The sums run in
+    this order for every caller, so equal inputs give equal floats and equal ties.
+    """
+    n = len(pending)
+    w_age = ordering.weight_age
     w_dur = ordering.weight_duration
     long_job = ordering.long_job_s
     max_age = ordering.max_age_s
-    # Constant part per (team, user, class): one dict probe per job.
-    base: dict[tuple[str, str, str], float] = {}
-    scores: dict[int, float] = {}
     age_scale = w_age / max_age if max_age > 0 else 0.0
-    size_scale = w_size / largest_node if largest_node > 0 else 0.0
-    for job in pending:
-        key = (job.team, job.user, job.priority_class)
-        b = base.get(key)
-        if b is None:
-            b = base[key] = w_class * class_f.get(job.priority_class, 0.0) + w_fs * fair_share_of(job.team, job.user)
-        waited = now - job.submitted_at
-        if max_age <= 0 or waited >= max_age:
-            score = b + w_age
-        elif waited > 0:
-            score = b + waited * age_scale
+    neg = [0.0] * n
+    for i in range(n):
+        job = pending[i]
+        b = fixed[i]
+        if max_age <= 0:
+            b = b + w_age
         else:
-            score = b
-        if size_scale:
-            score += min(size_units(job) * size_scale, w_size)
+            w = now - job.submitted_at
+            if w >= max_age:
+                b = b + w_age
+            elif w > 0:
+                b = b + w * age_scale
+        if size is not None:
+            b = b + size[i]
         if w_dur:
-            score += w_dur * duration_factor(job_duration(job), long_job)
-        scores[job.id] = -score
-    by_age = sorted(pending, key=_submission_key)
-    by_age.sort(key=lambda job: scores[job.id])
-    return by_age
-
-
-def _submission_key(job: JobState) -> tuple[float, int]:
-    return (job.submitted_at, job.id)
+            b = b + w_dur * duration_factor(run_time.expected(job), long_job)
+        neg[i] = -b
+    idx = sorted(range(n), key=neg.__getitem__)
+    if n < 2:
+        return idx
+    last = neg[idx[0]]
+    for i in range(1, n):
+        score = neg[idx[i]]
+        if score == last:  # ties: earlier submission, then lower id (one sort when none tie)
+            ids = [j.id for j in pending]
+            subs = [j.submitted_at for j in pending]
+            idx = sorted(range(n), key=ids.__getitem__)
+            idx.sort(key=subs.__getitem__)
+            idx.sort(key=neg.__getitem__)
+            break
+        last = score
+    return idx
 
 
 def priority_score(factors: Factors, ordering: Ordering) -> float:

@@ -6,7 +6,8 @@ user would have to change):
 1. the priority class is in ``allowed_priority_classes`` → ``QuotaClassNotAllowed``
    (the DB layer refuses such submissions; a job can still slip in when a new
    policy version narrows the list);
-2. the job's duration (its ``max_duration_s``, else its estimate) is within
+2. the job's run-time limit (:func:`run_time.limit`: its ``max_duration_s``,
+   else its estimate) is within
    ``max_job_duration_s`` → ``QuotaMaxDuration``;
 3. the month's device-hours so far plus this job's (units x estimated hours)
    stay within ``device_hours_per_month`` → ``MonthlyBudgetExhausted``;
@@ -14,6 +15,15 @@ user would have to change):
 5. usage + the job's units <= ``max`` for ``devices`` and, per chip model the
    job could run on, for ``devices/<chip>`` → ``QuotaMaxDevices`` when no chip
    model is left. ``max`` is the cap *including* borrowed capacity.
+
+:func:`admit` is the one path through these steps: the tick calls it for every
+job, so does a job's turn with a promise and a shape no chip model fits. It
+splits them where the answer stops depending on the job: steps 1-3
+(:func:`admit_job`) read the job, steps 4-5 (:func:`admit_devices`) only the
+team's holdings and the job's shape, so the tick remembers them per shape
+(``TeamLedger.adm``). :mod:`feasibility` asks another question of the same
+limits (does any schedule ever admit the job?) and :mod:`estimate` asks when a
+team's jobs will have room again; neither admits.
 
 Guarantees are not an admission limit: a team may borrow idle capacity up to
 its ``max``; :mod:`preemption` takes it back when the owner asks.
@@ -28,13 +38,15 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from scheduling.engine import reasons
+from scheduling.engine import reasons, run_time
 from scheduling.engine.capacity import EPS
+from scheduling.engine.placement import Need
 from scheduling.engine.policy import DEVICES, Policy, Quota, chip_resource, quota_at
 from scheduling.engine.snapshot import JobState
 from scheduling.engine.words import a_run, count, duration_words
 
-#: ``chip model -> "devices/<chip>"`` (the hot path asks for the same few keys).
+#: ``chip model -> "devices/<chip>"`` (the hot path asks for the same few keys). Keyed by the
+#: chip model's name, so it holds for the life of the process; bounded all the same.
 _KEYS: dict[str, str] = {}
 
 
@@ -53,20 +65,14 @@ def quota_in_force(policy: Policy, team: str, at: datetime) -> tuple[Quota, str 
     return quota_at(policy, team, at)
 
 
-#: ``id(quota) -> (quota, {chip: max})``: a tick makes a ledger per team, the quotas stay.
-_BY_CHIP: dict[int, tuple[Quota, dict[str, float]]] = {}
-
-
 def _max_by_chip(quota: Quota) -> dict[str, float]:
-    """``max`` per chip model of ``quota`` (shared, read-only)."""
-    hit = _BY_CHIP.get(id(quota))
-    if hit is not None and hit[0] is quota:
-        return hit[1]
-    by_chip = {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
-    if len(_BY_CHIP) > 4096:
-        _BY_CHIP.clear()
-    _BY_CHIP[id(quota)] = (quota, by_chip)
-    return by_chip
+    """``max`` per chip model of ``quota`` (the ``devices/<chip>`` keys; a few per team, worked out per ledger)."""
+    return {key[len(DEVICES) + 1 :]: value for key, value in quota.max.items() if key != DEVICES}
+
+
+#: What admission answers: ``(reason, detail, chips)``, ``reason`` ``None`` and the chip models
+#: within quota, or the refusal (no chip models).
+Admission = tuple[str | None, str, tuple[str, ...]]
 
 
 class TeamLedger:
@@ -106,7 +112,7 @@ class TeamLedger:
         self.max_by_chip = _max_by_chip(quota)
         self.guaranteed = quota.guaranteed
         #: The tick's memo of :func:`admit_devices` per request shape (see :meth:`add`).
-        self.adm: dict[object, tuple[str | None, str, tuple[str, ...]]] = {}
+        self.adm: dict[Need, Admission] = {}
         #: The most device units any request of the tick asks for (set by the tick; ``inf``: unknown).
         self.big = math.inf
 
@@ -202,22 +208,62 @@ def budget_detail(used: float, need: float, budget: float) -> str:
     )
 
 
-def admit_devices(
-    ledger: TeamLedger, chips: tuple[str, ...], units: dict[str, float], first_units: float
-) -> tuple[str | None, str, tuple[str, ...]]:
-    """Steps 4-5 of :func:`admit` (max concurrent jobs, ``max`` devices) for a shape with chips.
+def admit(ledger: TeamLedger, job: JobState, need: Need, memo: bool = True) -> Admission:
+    """Steps 1-5 (see the module's docstring): the one admission path, first failure wins.
 
-    They depend on the team's holdings and the shape only, so the tick memoises
-    the answer per shape in ``ledger.adm`` until the team's usage changes.
+    Steps 1-3 (:func:`admit_job`) depend on the job itself; steps 4-5 (:func:`admit_devices`)
+    on the team's holdings and the job's shape only, so their answer is remembered per shape
+    in ``ledger.adm`` for the tick (see :meth:`TeamLedger.add`, which forgets it when it may no
+    longer hold). ``memo=False`` for a caller whose team count is out for a moment.
+    """
+    first_units = need.first_units if need.chips else float(job.num_devices)
+    refused = admit_job(ledger, job, first_units)
+    if refused is not None:
+        return refused
+    if not memo or not need.chips:  # (no chip model: the units are the job's own)
+        return admit_devices(ledger, need, first_units)
+    adm = ledger.adm.get(need)
+    if adm is None:
+        adm = ledger.adm[need] = admit_devices(ledger, need, first_units)
+    return adm
+
+
+def admit_job(ledger: TeamLedger, job: JobState, first_units: float) -> Admission | None:
+    """Steps 1-3 of :func:`admit` (class, run-time limit, monthly device-hours): the refusal, or ``None``.
+
+    ``first_units``: the device units the job takes on its first chip model (the budget counts those).
+    """
+    allowed = ledger.allowed
+    if allowed is not None and job.priority_class not in allowed:
+        return reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {job.priority_class} is not allowed", ()
+    most = ledger.max_duration
+    if most is not None:
+        duration = run_time.limit(job)
+        if duration > most + EPS:
+            return reasons.QUOTA_MAX_DURATION, duration_detail(duration, most), ()
+    budget = ledger.budget
+    if budget is not None:
+        hours = first_units * job.estimated_duration_s / 3600.0
+        if ledger.month_hours + hours > budget + EPS:
+            return reasons.MONTHLY_BUDGET_EXHAUSTED, budget_detail(ledger.month_hours, hours, budget), ()
+    return None
+
+
+def admit_devices(ledger: TeamLedger, need: Need, first_units: float) -> Admission:
+    """Steps 4-5 of :func:`admit` (max concurrent jobs, ``max`` devices overall and per chip model).
+
+    They depend on the team's holdings and the shape only (see :func:`admit`'s memo).
     """
     if ledger.max_jobs is not None and ledger.jobs >= ledger.max_jobs:
         return reasons.QUOTA_MAX_JOBS, jobs_detail(ledger.jobs, ledger.max_jobs), ()
+    chips = need.chips
     cap = ledger.max_total
     if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
         return reasons.QUOTA_MAX_DEVICES, devices_detail(ledger.usage[DEVICES], first_units, cap), ()
     by_chip = ledger.max_by_chip
     if not by_chip:
         return None, "", chips
+    units = need.units
     usage = ledger.usage
     ok: list[str] | None = None
     detail = ""
@@ -240,44 +286,3 @@ def admit_devices(
     if not ok and chips:
         return reasons.QUOTA_MAX_DEVICES, detail, ()
     return None, "", tuple(ok)
-
-
-def job_duration(job: JobState) -> float:
-    """The duration quota limits judge: the job's max duration, else its estimate."""
-    return job.max_duration_s if job.max_duration_s else job.estimated_duration_s
-
-
-def admit(
-    ledger: TeamLedger, job: JobState, chips: tuple[str, ...], units: dict[str, float]
-) -> tuple[str | None, str, list[str]]:
-    """``(reason, detail, chips)``: ``reason`` ``None`` and the chip models within quota, or why not."""
-    allowed = ledger.allowed
-    if allowed is not None and job.priority_class not in allowed:
-        return reasons.QUOTA_CLASS_NOT_ALLOWED, f"class {job.priority_class} is not allowed", []
-    duration = job.max_duration_s or job.estimated_duration_s
-    if ledger.max_duration is not None and duration > ledger.max_duration + EPS:
-        return reasons.QUOTA_MAX_DURATION, duration_detail(duration, ledger.max_duration), []
-    first_units = units[chips[0]] if chips else float(job.num_devices)
-    if ledger.budget is not None:
-        hours = first_units * job.estimated_duration_s / 3600.0
-        if ledger.month_hours + hours > ledger.budget + EPS:
-            return reasons.MONTHLY_BUDGET_EXHAUSTED, budget_detail(ledger.month_hours, hours, ledger.budget), []
-    if ledger.max_jobs is not None and ledger.jobs >= ledger.max_jobs:
-        return reasons.QUOTA_MAX_JOBS, jobs_detail(ledger.jobs, ledger.max_jobs), []
-    cap = ledger.max_total
-    if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
-        return reasons.QUOTA_MAX_DEVICES, devices_detail(ledger.usage[DEVICES], first_units, cap), []
-    by_chip = ledger.max_by_chip
-    if not by_chip:
-        return None, "", list(chips)
-    ok = []
-    detail = ""
-    for chip in chips:
-        cap = by_chip.get(chip)
-        if cap is None or ledger.used(chip) + units[chip] <= cap + EPS:
-            ok.append(chip)
-        elif not detail:
-            detail = devices_detail(ledger.used(chip), units[chip], cap, chip)
-    if not ok and chips:
-        return reasons.QUOTA_MAX_DEVICES, detail, []
-    return None, "", ok

@@ -35,7 +35,9 @@ DECISION_MODULES = (
     "reasons",
     "record",
     "reservations",
+    "run_time",
     "starvation",
+    "tick_memo",
     "work_lost",
 )
 PACKAGE = "_npuportal_ref_engine"
@@ -50,6 +52,13 @@ class _Loader(importlib.abc.SourceLoader):
 
     def get_data(self, path: str) -> bytes:
         text = Path(path).read_text()
+        # ``from scheduling.engine import a, b``: one line per module, so each is rewritten alone.
+        text = re.sub(
+            r"^from scheduling\.engine import ([\w, ]+)$",
+            lambda m: "\n".join(f"from scheduling.engine import {n.strip()}" for n in m.group(1).split(",")),
+            text,
+            flags=re.M,
+        )
         pattern = r"scheduling\.engine(\.|\s+import\s+)(" + "|".join(DECISION_MODULES) + r")\b"
         text = re.sub(pattern, lambda m: f"{PACKAGE}{m.group(1)}{m.group(2)}", text)
         return text.encode()

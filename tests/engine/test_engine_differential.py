@@ -220,8 +220,8 @@ def test_simulation_every_tick(trace: str) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "sim"))
     from sim_support import ALIBABA_300, EXAMPLES, ITP_300, make_cluster
 
-    from scheduling.engine.simulator import run_simulation
-    from scheduling.engine.traces import load_cluster, load_trace
+    from scheduling.sim import run_simulation
+    from scheduling.sim.traces import load_cluster, load_trace
     from scheduling.simulate import load_policy
 
     # The first engine returns no promises, so the runs hand none back (else the snapshots differ).

@@ -1,6 +1,6 @@
 """The tick's shortcuts give what the plain rules give.
 
-* ``Tick.order`` (one float per job, plain lists) is :func:`priority.order_pending`;
+* ``Tick.order`` (the terms worked out per group) is :func:`priority.order_pending` (job by job);
 * a layout taken from the cache (:class:`capacity.Layout`) decides exactly as a
   freshly built one, also when the caller flips fields of the same objects
   between ticks (the simulator's way) or rebuilds them (the database's way);

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from engine_factory import T0, Cluster, job, policy, quota, snapshot
 
+from scheduling.engine import run_time
 from scheduling.engine.explain import explain
 from scheduling.engine.policy import Ordering
 from scheduling.engine.priority import (
     age_factor,
     class_factors,
     duration_factor,
-    job_duration,
     order_pending,
     size_factor,
 )
@@ -93,9 +93,15 @@ def test_shorter_estimate_first_only_with_the_duration_weight() -> None:
 
 def test_duration_factor_reads_the_estimate_then_the_maximum() -> None:
     # A job that names no maximum gets its team's maxJobDuration: the estimate tells jobs apart.
-    assert job_duration(job(1, est=600.0, max_duration=7 * 86400.0)) == 600.0
-    assert job_duration(job(1, est=0.0, max_duration=7200.0)) == 7200.0
-    assert job_duration(job(1, est=0.0)) is None
+    assert run_time.expected(job(1, est=600.0, max_duration=7 * 86400.0)) == 600.0
+    assert run_time.expected(job(1, est=0.0, max_duration=7200.0)) == 7200.0
+    assert run_time.expected(job(1, est=0.0)) is None
+
+
+def test_a_limit_on_run_time_reads_the_maximum_then_the_estimate() -> None:
+    # The longest the job may hold its cards: its maximum when it names one.
+    assert run_time.limit(job(1, est=600.0, max_duration=7 * 86400.0)) == 7 * 86400.0
+    assert run_time.limit(job(1, est=600.0)) == 600.0
 
 
 def test_explain_shows_the_duration_factor_and_its_weight() -> None:
