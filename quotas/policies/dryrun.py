@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from devices.models import Device, Node, VnpuTemplate
 from scheduling.engine.policy import Policy
-from scheduling.engine.simulator import compare, run_simulation
 from scheduling.engine.snapshot import VnpuTemplate as EngineTemplate
-from scheduling.engine.traces import ClusterSpec, NodeGroup, load_trace
 from scheduling.models import Job
+from scheduling.sim import compare, run_simulation
+from scheduling.sim.traces import ClusterSpec, NodeGroup, load_trace
 
 
 def cluster_spec() -> ClusterSpec:

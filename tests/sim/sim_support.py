@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:  # `pytest --noconftest -p no:django` does not put
     sys.path.insert(0, str(ROOT))
 
 from scheduling.engine.policy import Policy, parse_policy  # noqa: E402
-from scheduling.engine.traces import ClusterSpec, TraceRow, parse_cluster  # noqa: E402
+from scheduling.sim.traces import ClusterSpec, TraceRow, parse_cluster  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 ITP_300 = FIXTURES / "ms_itp_elasticflow_300.csv"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sim_support import EXAMPLES, ITP_300, make_cluster, make_policy, row
 from test_sim_cli import ITP_CLUSTER, simulate
 
-from scheduling.engine.simulator import DEFAULT_START, Simulation, parse_baselines, prepare_jobs, run_simulation
+from scheduling.sim import DEFAULT_START, Simulation, parse_baselines, prepare_jobs, run_simulation
 
 
 def _starts(out: dict, key: str = "baseline") -> dict[str, float]:

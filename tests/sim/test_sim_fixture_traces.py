@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sim_support import ALIBABA_300, EXAMPLES, ITP_300, make_cluster
 
-from scheduling.engine.simulator import compare, run_simulation
-from scheduling.engine.traces import load_cluster, load_trace
+from scheduling.sim import compare, run_simulation
+from scheduling.sim.traces import load_cluster, load_trace
 from scheduling.simulate import load_policy
 
 

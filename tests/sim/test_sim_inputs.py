@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sim_support import ALIBABA_300, EXAMPLES, ITP_300
 
-from scheduling.engine.traces import InputError, TraceRow, load_cluster, load_trace, parse_cluster, trace_rows
+from scheduling.sim.traces import InputError, TraceRow, load_cluster, load_trace, parse_cluster, trace_rows
 
 
 def test_fixture_traces_load_in_submission_order() -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 from sim_support import FIXTURES, ROOT, make_policy
 
 from scheduling.engine.feasibility import Request, never_runnable
-from scheduling.engine.simulator import run_simulation
-from scheduling.engine.traces import load_trace, parse_cluster
+from scheduling.sim import run_simulation
+from scheduling.sim.traces import load_trace, parse_cluster
 
 TRACE = FIXTURES / "never_runnable_small.csv"
 #: Two pools: 16 × 910B4 (two 8-card servers) and 8 × 910A; no pool holds 25.

@@ -6,8 +6,8 @@ import pytest
 from sim_support import make_cluster, make_policy, row
 
 from scheduling.engine import decide as decide_module
-from scheduling.engine.simulator import SimulationError, run_simulation
 from scheduling.engine.snapshot import Decisions, Preemption, Slot, Snapshot, Start
+from scheduling.sim import SimulationError, run_simulation
 
 PLACEHOLDER_CORE = "placeholder" in (decide_module.decide.__doc__ or "")
 RANK = {"high": 0, "normal": 1, "low": 2}

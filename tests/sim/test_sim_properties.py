@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_support import make_cluster, make_policy, row
 
-from scheduling.engine.simulator import DEFAULT_START, DecayedMeter, Meter, Simulation, prepare_jobs
+from scheduling.sim import DEFAULT_START, DecayedMeter, Meter, Simulation, prepare_jobs
 
 CLUSTER = make_cluster(2, 4, group_size=2)  # 8 cards on 2 nodes, 2-card groups
 POLICY = make_policy(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sim_support import make_cluster, make_policy, row
 
-from scheduling.engine.simulator import DEFAULT_START, jain_index, run_simulation
+from scheduling.sim import DEFAULT_START, jain_index, run_simulation
 
 T0 = DEFAULT_START.timestamp()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sim_support import make_cluster, make_policy, row
 
-from scheduling.engine.simulator import run_simulation
+from scheduling.sim import run_simulation
 
 HOUR = 3600.0
 
