@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -37,6 +37,7 @@ from devices.models import Device, HealthEvent, Node
 from devices.services import health as hm
 from devices.services import inventory, rendezvous
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
+from npuportal.cluster_lock import lock_cluster
 from quotas.models import posix_account
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.reason_text import signal_name
@@ -62,15 +63,6 @@ R = TypeVar("R")
 
 # --------------------------------------------------------------------------------------------------
 # shared helpers
-
-
-def lock_cluster() -> None:
-    """Take the tick's cluster lock for this transaction (PostgreSQL; SQLite's write lock is implicit)."""
-    if connection.vendor == "postgresql":
-        from scheduling.services.tick import TICK_LOCK_KEY
-
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TICK_LOCK_KEY])
 
 
 def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:

@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from devices.services import inventory
 from devices.services.draining import mark_drained
+from npuportal.cluster_lock import TICK_LOCK_KEY  # noqa: F401  (re-exported: its old home)
+from npuportal.cluster_lock import lock_cluster as _lock_cluster
 from quotas.services import active_policy
 from scheduling.engine import reasons
 from scheduling.engine.decide import decide
@@ -32,9 +34,6 @@ from scheduling.services.jobs import cancel_waiting
 from scheduling.services.snapshot import LoadedState, load_snapshot
 
 log = logging.getLogger(__name__)
-
-#: Arbitrary constant naming the tick's advisory lock on PostgreSQL.
-TICK_LOCK_KEY = 0x6E7075_7469636B  # "npu" "tick"
 
 
 @dataclass
@@ -54,12 +53,6 @@ class TickResult:
     estimate_ms: float = 0.0
     load_ms: float = 0.0
     persist_ms: float = 0.0
-
-
-def _lock_cluster() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TICK_LOCK_KEY])
 
 
 def _dt(ts: float | None) -> datetime | None:

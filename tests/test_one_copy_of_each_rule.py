@@ -1,0 +1,45 @@
+"""Rules written once: the cluster lock's SQL and the rendezvous variables each have one home.
+
+A second copy drifts (a changed lock key in one place would let the tick and the poll run together),
+so these tests read the source tree and fail when a copy comes back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devices.agent import environment, rendezvous
+from devices.agent.ranktable import ServerCards
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("scheduling", "devices", "quotas", "npuportal", "npuctl")
+
+
+def _sources_containing(text: str) -> list[str]:
+    return sorted(
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts and text in path.read_text(encoding="utf-8")
+    )
+
+
+def test_the_advisory_lock_sql_is_written_once() -> None:
+    assert _sources_containing("pg_advisory") == ["npuportal/cluster_lock.py"]
+
+
+def test_the_rendezvous_variables_are_listed_once() -> None:
+    assert rendezvous.RENDEZVOUS_ENV is environment.RENDEZVOUS_NAMES
+    assert set(environment.RENDEZVOUS_NAMES) <= environment.RESERVED_NAMES
+    assert _sources_containing('"MASTER_ADDR"') == ["devices/agent/environment.py"]
+
+
+def test_a_launch_sets_every_rendezvous_variable() -> None:
+    cards = ((0, "192.168.1.10"), (1, "192.168.1.11"))
+    servers = (ServerCards("10.0.0.1", cards), ServerCards("10.0.0.2", cards))
+    part = rendezvous.Rendezvous("10.0.0.1", 29500, 1, servers)
+    env = part.env(Path("/tmp/ranks.json"))
+    assert tuple(env) == environment.RENDEZVOUS_NAMES
+    assert env["MASTER_ADDR"] == "10.0.0.1" and env["MASTER_PORT"] == "29500"
+    assert (env["WORLD_SIZE"], env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("4", "2", "1", "2")
+    assert env["RANK_TABLE_FILE"] == "/tmp/ranks.json"
