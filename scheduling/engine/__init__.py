@@ -38,6 +38,7 @@ COMPILED = (
     "fairshare",
     "placement",
     "policy",
+    "policy_model",
     "preemption",
     "priority",
     "quota",
