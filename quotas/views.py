@@ -23,6 +23,7 @@ from quotas.models import Policy, Team
 from quotas.roles import admin_required, job_user_required
 from quotas.services import activate_version, active_policy, cluster_facts, create_version
 from quotas.team_policy import TeamChangeError, change_team, team_overview, team_settings
+from quotas.visibility import visible_teams
 from scheduling.engine.policy import (
     PolicyError,
     diff_policies,
@@ -202,7 +203,7 @@ def team_edit(request: HttpRequest, name: str) -> HttpResponse:
 def team_quota(request: HttpRequest) -> HttpResponse:
     """A team's quota in force now and over the week, for its members; admins see every team."""
     user = request.user
-    teams = Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user)
+    teams = visible_teams(user)
     names = list(teams.values_list("name", flat=True))
     policy = active_policy().policy
     now = timezone.now()

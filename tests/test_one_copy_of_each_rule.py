@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from django.contrib.auth.models import AnonymousUser
+
 from devices.agent import environment, rendezvous
 from devices.agent.ranktable import ServerCards
+from quotas import visibility
+from quotas.models import Membership, Team
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("scheduling", "devices", "quotas", "npuportal", "npuctl")
@@ -43,3 +48,28 @@ def test_a_launch_sets_every_rendezvous_variable() -> None:
     assert env["MASTER_ADDR"] == "10.0.0.1" and env["MASTER_PORT"] == "29500"
     assert (env["WORLD_SIZE"], env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("4", "2", "1", "2")
     assert env["RANK_TABLE_FILE"] == "/tmp/ranks.json"
+
+
+def test_team_visibility_is_decided_in_one_module() -> None:
+    """Which teams a user sees is written in quotas.visibility only (a lead-only list is another rule)."""
+    assert _sources_containing("memberships__user=user)") == ["quotas/visibility.py"]
+    assert _sources_containing("teams_of(") == []
+
+
+@pytest.mark.django_db
+def test_an_admin_sees_every_team_a_member_their_own_and_a_visitor_none(user_factory) -> None:
+    research, inference = Team.objects.create(name="vis-a"), Team.objects.create(name="vis-b")
+    member = user_factory("vera")
+    Membership.objects.create(user=member, team=research, role="member")
+    admin = user_factory("ada", staff=True)
+    assert visibility.visible_team_ids(admin) is None
+    assert visibility.visible_team_ids(member) == {research.pk}
+    assert visibility.visible_team_ids(AnonymousUser()) == frozenset()
+    rows = Membership.objects.filter(team__name__startswith="vis-")
+    assert {m.team for m in visibility.only_visible(rows, member)} == {research}
+    assert visibility.only_visible(rows, admin).count() == rows.count()
+    assert set(visibility.visible_teams(member)) == {research}
+    assert set(visibility.visible_teams(admin)) >= {research, inference}
+    assert list(visibility.visible_teams(AnonymousUser())) == []
+    assert visibility.sees_team(member, research) and not visibility.sees_team(member, inference)
+    assert visibility.sees_team(admin, inference) and not visibility.sees_team(AnonymousUser(), research)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count
 
+from quotas.visibility import only_visible
 from scheduling.engine.snapshot import Dependencies
 from scheduling.models import Job
 
@@ -115,11 +116,7 @@ def resolve(value: object, user: AbstractBaseUser) -> str:
     written = parse(value)
     if not written:
         return ""
-    from scheduling.services.jobs import teams_of
-
-    visible = Job.objects.all()
-    if not user.is_staff:
-        visible = visible.filter(team_id__in=teams_of(user))
+    visible = only_visible(Job.objects.all(), user)
     ids = {int(m["id"]) for _, t in written if (m := _REF.fullmatch(t)) and not m["array"] and not m["index"]}
     arrays = {f"A{m['id']}" for _, t in written if (m := _REF.fullmatch(t)) and (m["array"] or m["index"])}
     jobs = dict(visible.filter(pk__in=ids).values_list("pk", "array_id")) if ids else {}

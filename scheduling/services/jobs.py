@@ -25,6 +25,7 @@ from npuportal import row_reads
 from npuportal.limits import in_words
 from quotas.models import Membership, Team
 from quotas.services import active_policy
+from quotas.visibility import sees_team
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
 from scheduling.engine.words import duration_words
@@ -121,13 +122,8 @@ def check_run_settings(spec: JobSpec) -> None:
         raise SubmissionError("output", "must name a file, not a directory")
 
 
-def teams_of(user: AbstractBaseUser) -> list[int]:
-    """Ids of the teams ``user`` belongs to (unordered: no join for the memberships' default ordering)."""
-    return list(Membership.objects.filter(user=user).order_by().values_list("team_id", flat=True))
-
-
 def can_act_for_team(user: AbstractBaseUser, team: Team) -> bool:
-    return bool(user.is_staff) or Membership.objects.filter(user=user, team=team).exists()
+    return sees_team(user, team)
 
 
 def submission_team(user: AbstractBaseUser, name: str | None) -> Team:
