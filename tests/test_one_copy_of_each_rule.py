@@ -13,8 +13,10 @@ from django.contrib.auth.models import AnonymousUser
 
 from devices.agent import environment, rendezvous
 from devices.agent.ranktable import ServerCards
+from npuctl import durations as cli_durations
 from quotas import visibility
 from quotas.models import Membership, Team
+from scheduling.engine import durations as policy_durations
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("scheduling", "devices", "quotas", "npuportal", "npuctl")
@@ -73,3 +75,27 @@ def test_an_admin_sees_every_team_a_member_their_own_and_a_visitor_none(user_fac
     assert list(visibility.visible_teams(AnonymousUser())) == []
     assert visibility.sees_team(member, research) and not visibility.sees_team(member, inference)
     assert visibility.sees_team(admin, inference) and not visibility.sees_team(AnonymousUser(), research)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["90s", "15m", "2h", "1h30m", "1h 30m", "1.5h", "1d", "1w", "30:00", "2:00:00", "1-12:00", "90"],
+)
+def test_the_policy_reads_every_duration_the_command_line_reads_the_same(text: str) -> None:
+    """One grammar (npuctl.durations): a policy file, ``npuctl --time`` and the console's forms agree."""
+    assert policy_durations.parse_duration(text) == cli_durations.parse_seconds(text)
+    assert cli_durations.parse_duration(text) == round(cli_durations.parse_seconds(text))
+
+
+def test_only_slurms_own_directives_read_a_bare_number_as_minutes() -> None:
+    assert cli_durations.parse_duration("30", bare="minutes") == 1800  # #SBATCH --time=30
+    assert cli_durations.parse_duration("30") == 30 and policy_durations.parse_duration("30") == 30.0
+
+
+@pytest.mark.parametrize("text", ["1h1h", "30m1h", "2:60:00", "1-24:00", "soon", ""])
+def test_a_duration_the_command_line_refuses_the_policy_refuses_with_the_same_words(text: str) -> None:
+    with pytest.raises(ValueError) as cli:
+        cli_durations.parse_seconds(text)
+    with pytest.raises(ValueError) as policy:
+        policy_durations.parse_duration(text)
+    assert str(policy.value) == str(cli.value)
