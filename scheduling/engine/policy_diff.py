@@ -17,10 +17,12 @@ from typing import Any
 from scheduling.engine.policy_fields import (
     ORDERING_FIELDS,
     QUOTA_FIELDS,
+    SPEC_FIELDS,
     PolicyField,
     resource_keys,
     show_classes,
     show_duration,
+    show_flag,
     show_number,
 )
 from scheduling.engine.policy_model import Policy, Quota, Reservation, Schedule, TeamPolicy
@@ -53,11 +55,8 @@ def semantic_diff(old: Policy, new: Policy) -> list[str]:
     for f in ORDERING_FIELDS:
         before, after = getattr(old.ordering, f.attr), getattr(new.ordering, f.attr)
         _change(out, f"ordering.{f.yaml}", before, after, _shown(f, order))
-    _change(out, "placement.strategy", old.placement_strategy, new.placement_strategy)
-    _change(out, "backfill", old.backfill, new.backfill, _bool)
-    _change(out, "preemption.gracePeriod", old.grace_period_s, new.grace_period_s, show_duration)
-    _change(out, "preemption.onPreempt", old.on_preempt, new.on_preempt)
-    _change(out, "starvation.after", old.starvation_after_s, new.starvation_after_s, _off_or_duration)
+    for f in SPEC_FIELDS:
+        _change(out, f.yaml, getattr(old, f.attr), getattr(new, f.attr), _shown(f, order))
     _reservations(out, old, new, order)
     _keyed(
         out,
@@ -97,7 +96,7 @@ def _classes(out: list[str], old: Policy, new: Policy, order: list[str]) -> None
         a, b = before[name], after[name]
         label = f"priority class {name}"
         _change(out, f"{label}: preempts", a.preempts, b.preempts, partial(show_classes, order=order), sep=" ")
-        _change(out, f"{label}: preemptible", a.preemptible, b.preemptible, _bool, sep=" ")
+        _change(out, f"{label}: preemptible", a.preemptible, b.preemptible, show_flag, sep=" ")
         _change(
             out, f"{label}: starvationAfter", a.starvation_after_s, b.starvation_after_s, _policy_or_duration, sep=" "
         )
@@ -237,16 +236,8 @@ def _change(
     out.append(f"{label}{sep}{show(a)} {ARROW} {show(b)}")
 
 
-def _off_or_duration(value: object) -> str:
-    return "off" if value is None else show_duration(value)
-
-
 def _policy_or_duration(value: object) -> str:
     return "(the policy's)" if value is None else show_duration(value)
-
-
-def _bool(value: object) -> str:
-    return "true" if value else "false"
 
 
 def _opt(value: object) -> str:

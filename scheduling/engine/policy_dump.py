@@ -8,7 +8,7 @@ list entry where it fits) so an export is also a good starting point for edits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -19,11 +19,12 @@ from scheduling.engine.policy_fields import (
     KIND,
     ORDERING_FIELDS,
     QUOTA_FIELDS,
+    SPEC_FIELDS,
     PolicyField,
     num,
     ordered_classes,
 )
-from scheduling.engine.policy_model import Ordering, Policy, PriorityClass, Quota, Schedule, TeamPolicy
+from scheduling.engine.policy_model import Policy, PriorityClass, Quota, Schedule, TeamPolicy
 from scheduling.engine.schedules import DAY_NAMES, format_between
 
 
@@ -59,15 +60,8 @@ def dump_policy(policy: Policy) -> str:
     spec: dict[str, Any] = {
         "timezone": policy.timezone,
         "priorityClasses": [_priority_class(pc, order) for pc in policy.priority_classes],
-        "ordering": _ordering(policy.ordering, order),
-        "placement": _Flow(strategy=policy.placement_strategy),
-        "backfill": policy.backfill,
-        "preemption": _Flow(gracePeriod=format_duration(policy.grace_period_s), onPreempt=policy.on_preempt),
-        **(
-            {}
-            if policy.starvation_after_s is None
-            else {"starvation": _Flow(after=format_duration(policy.starvation_after_s))}
-        ),
+        "ordering": _section(policy.ordering, ORDERING_FIELDS, order),
+        **_section(policy, SPEC_FIELDS, order),
         "reservations": [
             _Flow(
                 name=r.name,
@@ -116,13 +110,16 @@ def _team(team: TeamPolicy, order: list[str], *, is_defaults: bool = False) -> d
     return out
 
 
-def _ordering(ordering: Ordering, order: list[str]) -> dict[str, Any]:
-    """Every field of the table, weights on one line; a field new since the first exports only when set."""
+def _section(record: object, fields: Sequence[PolicyField], order: list[str]) -> dict[str, Any]:
+    """The rows of ``fields`` that are set, sub-mappings on one line (``weights``, ``preemption``).
+
+    A row new since the first exports (``omit_default``) is written only when it is not the default.
+    """
     out: dict[str, Any] = {}
-    default = Ordering()
-    for f in ORDERING_FIELDS:
-        value = getattr(ordering, f.attr)
-        if f.omit_default and value == getattr(default, f.attr):
+    default = type(record)() if any(f.omit_default for f in fields) else None
+    for f in fields:
+        value = getattr(record, f.attr)
+        if value is None or (f.omit_default and value == getattr(default, f.attr)):
             continue
         into = out.setdefault(f.group, _Flow()) if f.group else out
         into[f.key] = _written(f, value, order)

@@ -21,6 +21,8 @@ from scheduling.engine.durations import format_duration
 
 API_VERSION = "npuportal/v1"
 KIND = "SchedulingPolicy"
+PLACEMENT_STRATEGIES = ("binpack", "spread")
+ON_PREEMPT = ("requeue", "cancel")
 
 
 class FieldReader(Protocol):
@@ -32,6 +34,10 @@ class FieldReader(Protocol):
     def number(self, value: object, path: str, *, integer: bool = False) -> float | None: ...
 
     def duration(self, value: object, path: str, *, positive: bool) -> float | None: ...
+
+    def flag(self, value: object, path: str) -> bool | None: ...
+
+    def choice(self, value: object, path: str, choices: Sequence[str]) -> str | None: ...
 
     def class_list(self, value: object, path: str) -> frozenset[str] | None: ...
 
@@ -62,6 +68,13 @@ class PolicyField:
     example: object = None
     #: How ``None`` reads in a diff: what an unset value means (``unlimited``, ``all``).
     unset: str = "unlimited"
+    #: What ``null`` in the YAML does: ``unset`` the value (quotas: unlimited), keep the ``default``,
+    #: or ``read`` it like any value (so the reader refuses it, naming the field).
+    null: str = "unset"
+    #: The value when the YAML leaves the field out, for records that have no default of their own (``Policy``).
+    default: object = None
+    #: The field must be written when its sub-mapping is (``starvation: {after: ...}``).
+    required: bool = False
     #: A mapping of resource keys (``devices``, ``devices/<chip>``): merged and compared key by key.
     resources: bool = False
     #: Written back only when it differs from the record's default, so older exports stay as they were.
@@ -162,6 +175,34 @@ def _read_classes(r: FieldReader, value: object, path: str, partial: bool) -> ob
     return r.class_list(value, path)
 
 
+def _read_duration(r: FieldReader, value: object, path: str, partial: bool) -> object:
+    return r.duration(value, path, positive=False)
+
+
+def _read_flag(r: FieldReader, value: object, path: str, partial: bool) -> object:
+    return r.flag(value, path)
+
+
+def _read_strategy(r: FieldReader, value: object, path: str, partial: bool) -> object:
+    return r.choice(value, path, PLACEMENT_STRATEGIES)
+
+
+def _read_on_preempt(r: FieldReader, value: object, path: str, partial: bool) -> object:
+    return r.choice(value, path, ON_PREEMPT)
+
+
+def _write_as_is(value: object, order: Sequence[str]) -> object:
+    return value
+
+
+def show_text(value: object, order: Sequence[str] = ()) -> str:
+    return str(value)
+
+
+def show_flag(value: object, order: Sequence[str] = ()) -> str:
+    return "true" if value else "false"
+
+
 # -- the tables ------------------------------------------------------------------------------------
 
 #: A team's quota (``quota:`` of a team or of ``defaults``, and a schedule's partial ``quota:``),
@@ -198,35 +239,60 @@ QUOTA_FIELDS: tuple[PolicyField, ...] = (
 ORDERING_FIELDS: tuple[PolicyField, ...] = (
     PolicyField(
         "weights.priorityClass", "weight_priority_class", _read_number, _write_number, show_number,
-        example=20000,
+        example=20000, null="read",
     ),
     PolicyField(
         "weights.fairShare", "weight_fair_share", _read_number, _write_number, show_number,
-        example=2500,
+        example=2500, null="read",
     ),
     PolicyField(
         "weights.age", "weight_age", _read_number, _write_number, show_number,
-        example=500,
+        example=500, null="read",
     ),
     PolicyField(
         "weights.jobSize", "weight_job_size", _read_number, _write_number, show_number,
-        example=100,
+        example=100, null="read",
     ),
     PolicyField(
         "weights.duration", "weight_duration", _read_number, _write_number, show_number,
-        example=300, omit_default=True,
+        example=300, null="read", omit_default=True,
     ),
     PolicyField(
         "maxAge", "max_age_s", _read_positive_duration, _write_duration, show_duration,
-        example="14d",
+        example="14d", null="default",
     ),
     PolicyField(
         "usageHalfLife", "usage_half_life_s", _read_positive_duration, _write_duration, show_duration,
-        example="3d",
+        example="3d", null="default",
     ),
     PolicyField(
         "longJob", "long_job_s", _read_positive_duration, _write_duration, show_duration,
-        example="2d", omit_default=True,
+        example="2d", null="default", omit_default=True,
+    ),
+)  # fmt: skip
+
+
+#: ``spec``'s single settings after ``ordering``: where jobs go, backfill, preemption, starvation.
+SPEC_FIELDS: tuple[PolicyField, ...] = (
+    PolicyField(
+        "placement.strategy", "placement_strategy", _read_strategy, _write_as_is, show_text,
+        example="spread", default="binpack", null="read",
+    ),
+    PolicyField(
+        "backfill", "backfill", _read_flag, _write_as_is, show_flag,
+        example=False, default=True, null="default",
+    ),
+    PolicyField(
+        "preemption.gracePeriod", "grace_period_s", _read_duration, _write_duration, show_duration,
+        example="5m", default=120.0, null="default",
+    ),
+    PolicyField(
+        "preemption.onPreempt", "on_preempt", _read_on_preempt, _write_as_is, show_text,
+        example="cancel", default="requeue", null="read",
+    ),
+    PolicyField(
+        "starvation.after", "starvation_after_s", _read_positive_duration, _write_duration, show_duration,
+        example="6h", unset="off", null="read", required=True,
     ),
 )  # fmt: skip
 

@@ -21,7 +21,15 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from scheduling.engine.durations import parse_duration
-from scheduling.engine.policy_fields import API_VERSION, KIND, ORDERING_FIELDS, QUOTA_FIELDS, section_keys
+from scheduling.engine.policy_fields import (
+    API_VERSION,
+    KIND,
+    ORDERING_FIELDS,
+    QUOTA_FIELDS,
+    SPEC_FIELDS,
+    PolicyField,
+    section_keys,
+)
 from scheduling.engine.policy_model import (
     DEVICES,
     Ordering,
@@ -56,8 +64,6 @@ DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
     PriorityClass("normal", 2, default=True),
     PriorityClass("low", 3),
 )
-PLACEMENT_STRATEGIES = ("binpack", "spread")
-ON_PREEMPT = ("requeue", "cancel")
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_FIELDS = ("name",)
@@ -65,20 +71,14 @@ _SPEC_FIELDS = (
     "timezone",
     "priorityClasses",
     "ordering",
-    "placement",
-    "backfill",
-    "preemption",
-    "starvation",
+    *section_keys(SPEC_FIELDS),
     "reservations",
     "departments",
     "teams",
     "defaults",
 )
 _CLASS_FIELDS = ("name", "preempts", "preemptible", "default", "starvationAfter")
-_STARVATION_FIELDS = ("after",)
 _ORDERING_FIELDS = section_keys(ORDERING_FIELDS)
-_PLACEMENT_FIELDS = ("strategy",)
-_PREEMPTION_FIELDS = ("gracePeriod", "onPreempt")
 _RESERVATION_FIELDS = ("name", "ratio", "chipModels", "forPriorityClasses")
 _DEPARTMENT_FIELDS = ("name", "shares")
 _TEAM_FIELDS = ("name", "department", "shares", "quota", "schedules")
@@ -569,29 +569,7 @@ class _Reader:
             timezone = _timezone(ctx, spec["timezone"], "spec.timezone") or timezone
         classes = self.priority_classes(spec.get("priorityClasses"), "spec.priorityClasses")
         ordering = self.ordering(spec.get("ordering"), "spec.ordering")
-        placement = "binpack"
-        if spec.get("placement") is not None:
-            m = _mapping(ctx, spec["placement"], "spec.placement", _PLACEMENT_FIELDS)
-            if m is not None and "strategy" in m:
-                placement = _choice(ctx, m["strategy"], "spec.placement.strategy", PLACEMENT_STRATEGIES) or placement
-        backfill = True
-        if spec.get("backfill") is not None:
-            flag = _bool(ctx, spec["backfill"], "spec.backfill")
-            backfill = True if flag is None else flag
-        grace, on_preempt = 120.0, "requeue"
-        if spec.get("preemption") is not None:
-            m = _mapping(ctx, spec["preemption"], "spec.preemption", _PREEMPTION_FIELDS)
-            if m is not None:
-                if m.get("gracePeriod") is not None:
-                    value = _duration(ctx, m["gracePeriod"], "spec.preemption.gracePeriod", positive=False)
-                    grace = grace if value is None else value
-                if "onPreempt" in m:
-                    on_preempt = _choice(ctx, m["onPreempt"], "spec.preemption.onPreempt", ON_PREEMPT) or on_preempt
-        starvation_after = None
-        if spec.get("starvation") is not None:
-            m = _mapping(ctx, spec["starvation"], "spec.starvation", _STARVATION_FIELDS, required=("after",))
-            if m is not None and "after" in m:
-                starvation_after = _duration(ctx, m["after"], "spec.starvation.after", positive=True)
+        settings = self.section(spec, "spec", SPEC_FIELDS)
         reservations = self.reservations(spec.get("reservations"), "spec.reservations")
         departments = self.departments(spec.get("departments"), "spec.departments")
         teams = self.teams(spec.get("teams"), "spec.teams")
@@ -610,15 +588,11 @@ class _Reader:
             timezone=timezone,
             priority_classes=classes,
             ordering=ordering,
-            placement_strategy=placement,
-            backfill=backfill,
-            grace_period_s=grace,
-            on_preempt=on_preempt,
             reservations=reservations,
             departments=departments,
             teams={t.team.name: t.team for t in teams if t.team is not None},
             defaults=defaults,
-            starvation_after_s=starvation_after,
+            **{**{f.attr: f.default for f in SPEC_FIELDS}, **settings},  # type: ignore[arg-type]  # each value read by its row
         )
 
     # -- priority classes ---------------------------------------------------
@@ -728,26 +702,37 @@ class _Reader:
         m = _mapping(ctx, value, path, _ORDERING_FIELDS)
         if m is None:
             return base
-        groups: dict[str, dict[str, object] | None] = {"": m}
-        for f in ORDERING_FIELDS:
-            if f.group not in groups:  # a sub-mapping (weights), read once
-                inner = m.get(f.group)
-                groups[f.group] = (
-                    None
-                    if inner is None
-                    else _mapping(ctx, inner, f"{path}.{f.group}", section_keys(ORDERING_FIELDS, f.group))
-                )
+        values = self.section(m, path, ORDERING_FIELDS)
+        return Ordering(**values)  # type: ignore[arg-type]  # each value read by its row
+
+    def section(self, m: Mapping[str, object], path: str, fields: Sequence[PolicyField]) -> dict[str, object]:
+        """The values ``m`` sets of the rows of ``fields``, by attribute; a field left out keeps its default.
+
+        Rows in table order, each sub-mapping (``weights``, ``preemption``) checked where its first
+        row is, so errors come in the order of the document's sections.
+        """
+        ctx = self.ctx
+        groups: dict[str, Mapping[str, object] | None] = {"": m}
         values: dict[str, object] = {}
-        for f in ORDERING_FIELDS:
+        for f in fields:
+            if f.group not in groups:
+                inner = m.get(f.group)
+                required = tuple(g.key for g in fields if g.group == f.group and g.required)
+                allowed = section_keys(fields, f.group)
+                where = _join(path, f.group)
+                groups[f.group] = None if inner is None else _mapping(ctx, inner, where, allowed, required)
             mapping = groups[f.group]
             if mapping is None or f.key not in mapping:
                 continue
-            if mapping[f.key] is None and not f.group:  # ``maxAge: null`` keeps the default; a null weight is wrong
+            raw = mapping[f.key]
+            if raw is None and f.null != "read":
+                if f.null == "unset":
+                    values[f.attr] = None
                 continue
-            value = f.read(self, mapping[f.key], f"{path}.{f.yaml}", False)
+            value = f.read(self, raw, _join(path, f.yaml), False)
             if value is not None:
                 values[f.attr] = value
-        return Ordering(**values)  # type: ignore[arg-type]  # each value read by its row
+        return values
 
     # -- reservations --------------------------------------------------------
 
@@ -970,6 +955,12 @@ class _Reader:
 
     def duration(self, value: object, path: str, *, positive: bool) -> float | None:
         return _duration(self.ctx, value, path, positive=positive)
+
+    def flag(self, value: object, path: str) -> bool | None:
+        return _bool(self.ctx, value, path)
+
+    def choice(self, value: object, path: str, choices: Sequence[str]) -> str | None:
+        return _choice(self.ctx, value, path, choices)
 
     def class_list(self, value: object, path: str) -> frozenset[str] | None:
         """Names of priority classes, checked against the policy's classes at the end."""

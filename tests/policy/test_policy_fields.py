@@ -25,7 +25,7 @@ from scheduling.engine.policy import (
     semantic_diff,
     validate_policy,
 )
-from scheduling.engine.policy_fields import ORDERING_FIELDS, QUOTA_FIELDS, PolicyField, section_keys
+from scheduling.engine.policy_fields import ORDERING_FIELDS, QUOTA_FIELDS, SPEC_FIELDS, PolicyField, section_keys
 
 CLASSES = [{"name": "high", "preempts": ["normal"]}, {"name": "normal", "default": True}]
 
@@ -96,6 +96,29 @@ def test_every_ordering_field_round_trips_and_shows_in_the_diff(f: PolicyField) 
     before, after = getattr(Ordering(), f.attr), getattr(changed.ordering, f.attr)
     assert after != before
     assert semantic_diff(base, changed) == [f"ordering.{f.yaml}: {f.show(before, [])} → {f.show(after, [])}"]
+
+
+def _shown(f: PolicyField, value: object) -> str:
+    return f.unset if value is None else f.show(value, [])
+
+
+@pytest.mark.parametrize("f", SPEC_FIELDS, ids=lambda f: f.yaml)
+def test_every_spec_setting_round_trips_and_shows_in_the_diff(f: PolicyField) -> None:
+    base = _round_trip(_document())
+    changed = _round_trip(_document(**_nested(f)))
+    before, after = getattr(base, f.attr), getattr(changed, f.attr)
+    assert before == f.default and after != before
+    assert semantic_diff(base, changed) == [f"{f.yaml}: {_shown(f, before)} → {_shown(f, after)}"]
+
+
+def test_a_spec_setting_left_out_or_null_takes_its_default_unless_null_is_refused() -> None:
+    for f in SPEC_FIELDS:
+        text = _document(**({f.group: {f.key: None}} if f.group else {f.yaml: None}))
+        issues = [i for i in validate_policy(text) if i.severity == "error"]
+        if f.null == "read":
+            assert [i.path for i in issues] == [f"spec.{f.yaml}"], f.yaml
+        else:
+            assert not issues and getattr(parse_policy(text), f.attr) == f.default, f.yaml
 
 
 @pytest.mark.parametrize(("fields", "record"), [(QUOTA_FIELDS, Quota), (ORDERING_FIELDS, Ordering)])
