@@ -7,6 +7,12 @@ parser (:mod:`policy_parse`), the exporter (:mod:`policy_dump`), the differ (:mo
 and the quota merge (:func:`policy_model.merge_quota`) all walk these tables, so adding a field
 to a section is adding one row here (and its attribute to the record it fills).
 
+Three sections are tables: a quota (:data:`QUOTA_FIELDS`), ``spec.ordering``
+(:data:`ORDERING_FIELDS`) and ``spec``'s single settings (:data:`SPEC_FIELDS`). The named lists
+(priority classes, reservations, departments, teams, schedules) are read by hand in
+:mod:`policy_parse`, because what is checked there is mostly between entries (duplicate names,
+references, ratios that must sum below 1), not field by field.
+
 Readers get the parser through :class:`FieldReader` (a protocol), so this module imports nothing
 of the parser and sits below every module that reads or writes a policy. Pure Python, no Django.
 """
