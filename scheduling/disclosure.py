@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scheduling.membership import teams_of
+from quotas.tenancy.visibility import visible_team_ids
 from scheduling.models import Job, JobEvent
 
 #: What a reader who may not know the other job reads.
@@ -29,11 +29,8 @@ class Viewer:
 
     @classmethod
     def of(cls, user: object) -> Viewer:
-        if not getattr(user, "is_authenticated", False):
-            return cls(False, frozenset())
-        if getattr(user, "is_staff", False):
-            return cls(True, frozenset())
-        return cls(False, frozenset(teams_of(user)))  # type: ignore[arg-type]
+        ids = visible_team_ids(user)
+        return cls(True, frozenset()) if ids is None else cls(False, ids)
 
     def may_know(self, team_id: int) -> bool:
         return self.is_admin or team_id in self.team_ids

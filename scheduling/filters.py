@@ -25,8 +25,8 @@ from django_filters.fields import IsoDateTimeField
 
 from npuportal.api import filters as api_filters
 from quotas.models import Team
+from quotas.tenancy.visibility import only_visible
 from scheduling.models import Job
-from scheduling.services import jobs as job_service
 
 #: Newest first; the last column is unique, so a cursor is a total position (the (team, state,)
 #: submitted_at, id indexes serve it).
@@ -40,10 +40,7 @@ def visible_jobs(user: object) -> QuerySet[Job]:
     the database then walks the (team, …, submitted_at, id) indexes newest first and
     stops at the page's end, where a join through memberships sorts every row of the teams.
     """
-    qs = Job.objects.select_related("team", "submitter", "vnpu_template")
-    if getattr(user, "is_staff", False):
-        return qs
-    return qs.filter(team_id__in=job_service.teams_of(user))
+    return only_visible(Job.objects.select_related("team", "submitter", "vnpu_template"), user)
 
 
 class PolicyClock:

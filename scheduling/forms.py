@@ -20,6 +20,7 @@ from npuctl.batch import ScriptError, read_script
 from npuctl.durations import format_duration, parse_duration
 from quotas.models import Team
 from quotas.policies.versions import active_policy
+from quotas.tenancy.visibility import visible_teams
 from scheduling.services.jobs import MAX_DURATION_S, JobSpec
 
 DURATION_HELP = "Like 2h, 30m, 1h30m, 90s, 1d, 2:00:00 (HH:MM:SS), 1-12:00 (D-HH:MM), or plain seconds."
@@ -121,7 +122,7 @@ class JobSubmitForm(forms.Form):
 
     def __init__(self, *args: object, user: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        teams = Team.objects.all() if getattr(user, "is_staff", False) else Team.objects.filter(memberships__user=user)
+        teams = visible_teams(user)
         self.fields["team"].queryset = teams
         policy = active_policy().policy
         self.fields["priority_class"].choices = [(c.name, c.name) for c in policy.priority_classes]

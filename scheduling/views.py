@@ -25,6 +25,7 @@ from npuportal.confirmation import confirmation_page, confirmed
 from quotas.models import AuditEvent, Membership, Team, posix_account
 from quotas.policies.versions import active_policy
 from quotas.tenancy.roles import admin_required, job_user_required, roles_of
+from quotas.tenancy.visibility import visible_team_ids, visible_teams
 from scheduling.engine.policy import quota_at, zone
 from scheduling.filters import visible_jobs
 from scheduling.forms import JobSubmitForm
@@ -51,7 +52,8 @@ def live_region(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 
 def _visible_teams(user: object) -> set[int] | None:
     """Team ids whose jobs ``user`` may see by name; None for admins (every team)."""
-    return None if getattr(user, "is_staff", False) else set(job_service.teams_of(user))  # type: ignore[arg-type]
+    ids = visible_team_ids(user)
+    return None if ids is None else set(ids)
 
 
 @login_required
@@ -139,7 +141,7 @@ def team_cards(user: object) -> list[dict[str, object]]:
 
     policy = active_policy().policy
     now = timezone.now()
-    teams = Team.objects.all() if getattr(user, "is_staff", False) else Team.objects.filter(memberships__user=user)
+    teams = visible_teams(user)
     cards = []
     local = now.astimezone(zone(policy.timezone))
     for team in teams.order_by("name"):

@@ -15,18 +15,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("scheduling", "devices", "quotas", "npuportal", "npuctl")
 
-#: The one circle left, among the policy format's modules; another change removes it, and this
-#: allow-list with it.
-ALLOWED_CYCLES = [
-    {
-        "scheduling.engine.policy",
-        "scheduling.engine.policy_diff",
-        "scheduling.engine.policy_dump",
-        "scheduling.engine.policy_parse",
-    }
-]
-
-
 def modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
@@ -108,7 +96,7 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_no_import_circle() -> None:
-    found = [sorted(c) for c in cycles(import_graph()) if c not in ALLOWED_CYCLES]
+    found = [sorted(c) for c in cycles(import_graph())]
     assert not found, f"import circles: {found}"
 
 

@@ -17,10 +17,12 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from quotas.models import Team
+from scheduling.api.serializers import JobSerializer
 from scheduling.engine import reasons
 from scheduling.engine.words import a_run, duration_words, sized_job
 from scheduling.models import Job, JobEvent
 from scheduling.reason_text import EVENT_NAMES, PORTAL_TEXT, event_name, reason_text
+from scheduling.services import console
 from scheduling.services import jobs as job_service
 from scheduling.services.tick import run_tick
 
@@ -42,6 +44,14 @@ def test_every_engine_code_has_one_sentence_for_the_console_the_api_explain_and_
     assert sentence != code and sentence.endswith(".")
     assert reason_text(code) == sentence  # what the console and the API's pending_reason_text say
     assert code not in PORTAL_TEXT, "a code has one sentence, in one table"
+
+
+@pytest.mark.parametrize("code", ENGINE_CODES)
+def test_the_queue_the_job_page_and_the_api_show_explains_sentence_for_every_code(code: str) -> None:
+    """Through the functions the console and the API call, not the table: a second copy would show here."""
+    job = Job(pending_reason=code)
+    assert console.job_rows([job]) == [(job, reasons.describe(code))]  # the queue and the job lists
+    assert JobSerializer().get_pending_reason_text(job) == reasons.describe(code)  # the API, npuctl
 
 
 @pytest.mark.parametrize("code", sorted(PORTAL_TEXT))

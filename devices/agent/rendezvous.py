@@ -31,20 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from devices.agent.backends import Backend
+from devices.agent.environment import RENDEZVOUS_NAMES
 from devices.agent.errors import ApiError
 from devices.agent.procfs import write_json_atomic
 from devices.agent.ranktable import ServerCards, build_rank_table
 
-#: Variables a multi-node launch sets; a job's own ``env`` may not set them too.
-RENDEZVOUS_ENV = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "NNODES",
-    "NODE_RANK",
-    "NPROC_PER_NODE",
-    "RANK_TABLE_FILE",
-)
+#: Variables a multi-node launch sets; a job's own ``env`` may not set them too (one list, the environment's).
+RENDEZVOUS_ENV = RENDEZVOUS_NAMES
 DEFAULT_PORTS = (29500, 29999)
 #: How long an offered port stays reserved for a run that has not been launched.
 RESERVE_TTL_S = 600.0
@@ -96,15 +89,16 @@ class Rendezvous:
 
     def env(self, rank_table_file: Path) -> dict[str, str]:
         """The variables every process of this part gets (docs/agent.md, "Multi-node jobs")."""
-        return {
-            "MASTER_ADDR": self.master_addr,
-            "MASTER_PORT": str(self.master_port),
-            "WORLD_SIZE": str(self.world_size),
-            "NNODES": str(len(self.servers)),
-            "NODE_RANK": str(self.node_rank),
-            "NPROC_PER_NODE": str(len(self.servers[self.node_rank].devices)),
-            "RANK_TABLE_FILE": str(rank_table_file),
-        }
+        values = (  # in the order of RENDEZVOUS_NAMES
+            self.master_addr,  # MASTER_ADDR
+            self.master_port,  # MASTER_PORT
+            self.world_size,  # WORLD_SIZE
+            len(self.servers),  # NNODES
+            self.node_rank,  # NODE_RANK
+            len(self.servers[self.node_rank].devices),  # NPROC_PER_NODE
+            rank_table_file,  # RANK_TABLE_FILE
+        )
+        return dict(zip(RENDEZVOUS_NAMES, map(str, values), strict=True))
 
 
 def _int(value: Any, name: str, low: int, high: int) -> int:

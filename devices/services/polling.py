@@ -33,8 +33,8 @@ from devices.models import Device, HealthEvent, Node
 from devices.services import health as hm
 from devices.services import inventory
 from devices.services.agent_client import AgentAddress, AgentClient, AgentError
+from npuportal.cluster_lock import lock_cluster as lock_cluster  # where it lived before
 from scheduling import transitions
-from scheduling.cluster_lock import lock_cluster as lock_cluster  # where it lived before
 from scheduling.models import Allocation, Job
 
 log = logging.getLogger(__name__)

@@ -13,20 +13,15 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from quotas.models import Membership, Team
+from quotas.tenancy import visibility
+from quotas.tenancy.visibility import is_admin
 
 ADMIN, LEAD, MEMBER = "admin", Membership.Role.LEAD.value, Membership.Role.MEMBER.value
 
 
-def is_admin(user: object) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False))
-
-
 def visible_teams(user: object) -> QuerySet[Team]:
-    """Admins: every team; everyone else: the teams they belong to."""
-    teams = Team.objects.select_related("department")
-    if is_admin(user):
-        return teams
-    return teams.filter(memberships__user=user)
+    """Admins: every team; everyone else: the teams they belong to (:mod:`quotas.tenancy.visibility`)."""
+    return visibility.visible_teams(user).select_related("department")
 
 
 def role_in(user: object, team: Team) -> str | None:

@@ -21,6 +21,7 @@ from quotas.policies.forms import TeamPolicyForm
 from quotas.policies.team_policy import TeamChangeError, change_team, team_overview, team_settings
 from quotas.policies.versions import activate_version, active_policy, cluster_facts, create_version
 from quotas.tenancy.roles import admin_required, job_user_required
+from quotas.tenancy.visibility import visible_teams
 from scheduling.engine.policy import (
     PolicyError,
     diff_policies,
@@ -200,7 +201,7 @@ def team_edit(request: HttpRequest, name: str) -> HttpResponse:
 def team_quota(request: HttpRequest) -> HttpResponse:
     """A team's quota in force now and over the week, for its members; admins see every team."""
     user = request.user
-    teams = Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user)
+    teams = visible_teams(user)
     names = list(teams.values_list("name", flat=True))
     policy = active_policy().policy
     now = timezone.now()

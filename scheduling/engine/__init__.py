@@ -39,6 +39,7 @@ COMPILED = (
     "fairshare",
     "placement",
     "policy",
+    "policy_model",
     "preemption",
     "priority",
     "quota",

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 
-from npuctl.durations import EXAMPLES, parse_seconds
+from npuctl.durations import EXAMPLES, UNITS, parse_seconds
 
-_UNITS: tuple[tuple[str, int], ...] = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+#: The grammar's units the canonical form writes, largest first: never weeks (``14d`` reads plainer than ``2w``).
+_UNITS: tuple[tuple[str, int], ...] = tuple((unit, size) for unit, size in UNITS.items() if unit != "w")
 
 #: Shown in error messages so a typo is fixed in one go.
 DURATION_EXAMPLES = f"e.g. {EXAMPLES}"

@@ -10,12 +10,22 @@ writing ``120s`` as ``2m`` produce none.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from scheduling.engine.durations import format_duration
-from scheduling.engine.policy import Policy, Quota, Reservation, Schedule, TeamPolicy
+from scheduling.engine.policy_fields import (
+    ORDERING_FIELDS,
+    QUOTA_FIELDS,
+    SPEC_FIELDS,
+    PolicyField,
+    resource_keys,
+    show_classes,
+    show_duration,
+    show_flag,
+    show_number,
+)
+from scheduling.engine.policy_model import Policy, Quota, Reservation, Schedule, TeamPolicy
 from scheduling.engine.schedules import format_between, format_days
 
 ARROW = "→"
@@ -42,29 +52,18 @@ def semantic_diff(old: Policy, new: Policy) -> list[str]:
     _change(out, "metadata.name", old.name, new.name)
     _change(out, "timezone", old.timezone, new.timezone)
     _classes(out, old, new, order)
-    for label, attr, fmt in (
-        ("ordering.weights.priorityClass", "weight_priority_class", _number),
-        ("ordering.weights.fairShare", "weight_fair_share", _number),
-        ("ordering.weights.age", "weight_age", _number),
-        ("ordering.weights.jobSize", "weight_job_size", _number),
-        ("ordering.weights.duration", "weight_duration", _number),
-        ("ordering.maxAge", "max_age_s", _duration),
-        ("ordering.usageHalfLife", "usage_half_life_s", _duration),
-        ("ordering.longJob", "long_job_s", _duration),
-    ):
-        _change(out, label, getattr(old.ordering, attr), getattr(new.ordering, attr), fmt)
-    _change(out, "placement.strategy", old.placement_strategy, new.placement_strategy)
-    _change(out, "backfill", old.backfill, new.backfill, _bool)
-    _change(out, "preemption.gracePeriod", old.grace_period_s, new.grace_period_s, _duration)
-    _change(out, "preemption.onPreempt", old.on_preempt, new.on_preempt)
-    _change(out, "starvation.after", old.starvation_after_s, new.starvation_after_s, _off_or_duration)
+    for f in ORDERING_FIELDS:
+        before, after = getattr(old.ordering, f.attr), getattr(new.ordering, f.attr)
+        _change(out, f"ordering.{f.yaml}", before, after, _shown(f, order))
+    for f in SPEC_FIELDS:
+        _change(out, f.yaml, getattr(old, f.attr), getattr(new, f.attr), _shown(f, order))
     _reservations(out, old, new, order)
     _keyed(
         out,
         "department",
         dict(old.departments),
         dict(new.departments),
-        lambda label, a, b: _change(out, f"{label}: shares", a, b, _number, sep=" "),
+        lambda label, a, b: _change(out, f"{label}: shares", a, b, show_number, sep=" "),
     )
     _keyed(
         out,
@@ -96,8 +95,8 @@ def _classes(out: list[str], old: Policy, new: Policy, order: list[str]) -> None
     for name in kept_after:
         a, b = before[name], after[name]
         label = f"priority class {name}"
-        _change(out, f"{label}: preempts", a.preempts, b.preempts, lambda v: _names(v, order), sep=" ")
-        _change(out, f"{label}: preemptible", a.preemptible, b.preemptible, _bool, sep=" ")
+        _change(out, f"{label}: preempts", a.preempts, b.preempts, partial(show_classes, order=order), sep=" ")
+        _change(out, f"{label}: preemptible", a.preemptible, b.preemptible, show_flag, sep=" ")
         _change(
             out, f"{label}: starvationAfter", a.starvation_after_s, b.starvation_after_s, _policy_or_duration, sep=" "
         )
@@ -108,14 +107,14 @@ def _classes(out: list[str], old: Policy, new: Policy, order: list[str]) -> None
 def _reservations(out: list[str], old: Policy, new: Policy, order: list[str]) -> None:
     def compare(label: str, a: object, b: object) -> None:
         assert isinstance(a, Reservation) and isinstance(b, Reservation)
-        _change(out, f"{label}: ratio", a.ratio, b.ratio, _number, sep=" ")
+        _change(out, f"{label}: ratio", a.ratio, b.ratio, show_number, sep=" ")
         _change(out, f"{label}: chipModels", a.chip_models, b.chip_models, _chips, sep=" ")
         _change(
             out,
             f"{label}: forPriorityClasses",
             a.priority_classes,
             b.priority_classes,
-            lambda v: _names(v, order),
+            partial(show_classes, order=order),
             sep=" ",
         )
 
@@ -130,7 +129,7 @@ def _reservations(out: list[str], old: Policy, new: Policy, order: list[str]) ->
 
 def _team(out: list[str], label: str, a: TeamPolicy, b: TeamPolicy, order: list[str]) -> None:
     _change(out, f"{label}: department", a.department, b.department, _opt, sep=" ")
-    _change(out, f"{label}: shares", a.shares, b.shares, _number, sep=" ")
+    _change(out, f"{label}: shares", a.shares, b.shares, show_number, sep=" ")
     _quota(out, label, a.quota, b.quota, order)
     before = {s.name: s for s in a.schedules}
     after = {s.name: s for s in b.schedules}
@@ -152,28 +151,13 @@ def _team(out: list[str], label: str, a: TeamPolicy, b: TeamPolicy, order: list[
 
 
 def _quota(out: list[str], label: str, a: Quota, b: Quota, order: list[str]) -> None:
-    for key in _keys(a.guaranteed, b.guaranteed):
-        _change(out, f"{label}: guaranteed.{key}", a.guaranteed.get(key), b.guaranteed.get(key), _guarantee, sep=" ")
-    for key in _keys(a.max, b.max):
-        _change(out, f"{label}: max.{key}", a.max.get(key), b.max.get(key), _cap, sep=" ")
-    _change(out, f"{label}: maxConcurrentJobs", a.max_concurrent_jobs, b.max_concurrent_jobs, _limit, sep=" ")
-    _change(out, f"{label}: deviceHoursPerMonth", a.device_hours_per_month, b.device_hours_per_month, _limit, sep=" ")
-    _change(
-        out,
-        f"{label}: maxJobDuration",
-        a.max_job_duration_s,
-        b.max_job_duration_s,
-        lambda v: "unlimited" if v is None else _duration(v),
-        sep=" ",
-    )
-    _change(
-        out,
-        f"{label}: allowedPriorityClasses",
-        a.allowed_priority_classes,
-        b.allowed_priority_classes,
-        lambda v: "all" if v is None else _names(v, order),
-        sep=" ",
-    )
+    for f in QUOTA_FIELDS:
+        va, vb = getattr(a, f.attr), getattr(b, f.attr)
+        if f.resources:
+            for key in resource_keys(set(va) | set(vb)):
+                _change(out, f"{label}: {f.yaml}.{key}", va.get(key), vb.get(key), _shown(f, order), sep=" ")
+        else:
+            _change(out, f"{label}: {f.yaml}", va, vb, _shown(f, order), sep=" ")
 
 
 def _schedule(out: list[str], label: str, a: Schedule, b: Schedule, order: list[str]) -> None:
@@ -186,23 +170,24 @@ def _schedule(out: list[str], label: str, a: Schedule, b: Schedule, order: list[
         lambda w: format_between(*w),
         sep=" ",
     )
-    keys = list(dict.fromkeys([*a.quota, *b.quota]))
-    for key in keys:
-        va, vb = a.quota.get(key, _INHERITED), b.quota.get(key, _INHERITED)
-        if key in ("guaranteed", "max"):
+    by_name = {f.yaml: f for f in QUOTA_FIELDS}
+    for key in dict.fromkeys([*a.quota, *b.quota]):  # as written: the old schedule's fields, then new ones
+        f = by_name[key]
+        va, vb = a.quota.get(f.yaml, _INHERITED), b.quota.get(f.yaml, _INHERITED)
+        if f.resources:
             ma = va if isinstance(va, Mapping) else {}
             mb = vb if isinstance(vb, Mapping) else {}
-            for rkey in _keys(ma, mb):
+            for rkey in resource_keys(set(ma) | set(mb)):
                 _change(
                     out,
-                    f"{label} {key}.{rkey}",
+                    f"{label} {f.yaml}.{rkey}",
                     ma.get(rkey, _INHERITED),
                     mb.get(rkey, _INHERITED),
-                    partial(_override, key=key),
+                    partial(_override, field=f, order=order),
                     sep=" ",
                 )
         else:
-            _change(out, f"{label} {key}", va, vb, partial(_override, key=key, order=order), sep=" ")
+            _change(out, f"{label} {f.yaml}", va, vb, partial(_override, field=f, order=order), sep=" ")
 
 
 def _keyed(
@@ -251,52 +236,12 @@ def _change(
     out.append(f"{label}{sep}{show(a)} {ARROW} {show(b)}")
 
 
-def _keys(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
-    return sorted(set(a) | set(b), key=lambda k: (k != "devices", k))
-
-
-def _number(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _duration(value: object) -> str:
-    return str(format_duration(float(value)))  # type: ignore[arg-type]
-
-
-def _off_or_duration(value: object) -> str:
-    return "off" if value is None else _duration(value)
-
-
 def _policy_or_duration(value: object) -> str:
-    return "(the policy's)" if value is None else _duration(value)
-
-
-def _bool(value: object) -> str:
-    return "true" if value else "false"
+    return "(the policy's)" if value is None else show_duration(value)
 
 
 def _opt(value: object) -> str:
     return "none" if value is None else str(value)
-
-
-def _guarantee(value: object) -> str:
-    return "none" if value is None else _number(value)
-
-
-def _cap(value: object) -> str:
-    return "no cap" if value is None else _number(value)
-
-
-def _limit(value: object) -> str:
-    return "unlimited" if value is None else _number(value)
-
-
-def _names(value: object, order: list[str]) -> str:
-    names: Collection[str] = value  # type: ignore[assignment]
-    known = [n for n in order if n in names]
-    return "[" + ", ".join(known + sorted(n for n in names if n not in order)) + "]"
 
 
 def _chips(value: object) -> str:
@@ -307,14 +252,13 @@ def _window(schedule: Schedule) -> str:
     return f"{format_days(schedule.days)} {format_between(schedule.start_min, schedule.end_min)}"
 
 
-def _override(value: object, key: str = "", order: list[str] | None = None) -> str:
+def _shown(f: PolicyField, order: list[str]) -> Callable[[object], str]:
+    """A field's value in a diff line: its formatter, or what ``None`` means for it."""
+    return lambda value: f.unset if value is None else f.show(value, order)
+
+
+def _override(value: object, field: PolicyField, order: list[str]) -> str:
     """A schedule override value; absent means the base quota applies."""
     if value is _INHERITED:
         return "(base)"
-    if value is None:
-        return {"guaranteed": "none", "max": "no cap"}.get(key, "unlimited")
-    if key == "maxJobDuration":
-        return _duration(value)
-    if key == "allowedPriorityClasses":
-        return _names(value, order or [])
-    return _number(value)
+    return _shown(field, order)(value)

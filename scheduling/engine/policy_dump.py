@@ -8,14 +8,23 @@ list entry where it fits) so an export is also a good starting point for edits.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from scheduling.engine.durations import format_duration
-from scheduling.engine.policy import Ordering, Policy, PriorityClass, Quota, Schedule, TeamPolicy
-from scheduling.engine.policy_parse import API_VERSION, KIND
+from scheduling.engine.policy_fields import (
+    API_VERSION,
+    KIND,
+    ORDERING_FIELDS,
+    QUOTA_FIELDS,
+    SPEC_FIELDS,
+    PolicyField,
+    num,
+    ordered_classes,
+)
+from scheduling.engine.policy_model import Policy, PriorityClass, Quota, Schedule, TeamPolicy
 from scheduling.engine.schedules import DAY_NAMES, format_between
 
 
@@ -48,43 +57,21 @@ _Dumper.add_representer(_FlowList, lambda d, data: d.represent_sequence("tag:yam
 def dump_policy(policy: Policy) -> str:
     """Canonical YAML of ``policy``; ``parse_policy(dump_policy(p)) == p``."""
     order = [pc.name for pc in policy.priority_classes]
-    ordering = policy.ordering
-    # The duration factor only where it is used, so the dumps of policies without it stay as they were.
-    duration = {} if ordering.weight_duration == 0 else {"duration": _num(ordering.weight_duration)}
-    long_job = {} if ordering.long_job_s == Ordering().long_job_s else {"longJob": format_duration(ordering.long_job_s)}
     spec: dict[str, Any] = {
         "timezone": policy.timezone,
         "priorityClasses": [_priority_class(pc, order) for pc in policy.priority_classes],
-        "ordering": {
-            "weights": _Flow(
-                priorityClass=_num(ordering.weight_priority_class),
-                fairShare=_num(ordering.weight_fair_share),
-                age=_num(ordering.weight_age),
-                jobSize=_num(ordering.weight_job_size),
-                **duration,
-            ),
-            "maxAge": format_duration(ordering.max_age_s),
-            "usageHalfLife": format_duration(ordering.usage_half_life_s),
-            **long_job,
-        },
-        "placement": _Flow(strategy=policy.placement_strategy),
-        "backfill": policy.backfill,
-        "preemption": _Flow(gracePeriod=format_duration(policy.grace_period_s), onPreempt=policy.on_preempt),
-        **(
-            {}
-            if policy.starvation_after_s is None
-            else {"starvation": _Flow(after=format_duration(policy.starvation_after_s))}
-        ),
+        "ordering": _section(policy.ordering, ORDERING_FIELDS, order),
+        **_section(policy, SPEC_FIELDS, order),
         "reservations": [
             _Flow(
                 name=r.name,
-                ratio=_num(r.ratio),
+                ratio=num(r.ratio),
                 **({} if r.chip_models is None else {"chipModels": _FlowList(sorted(r.chip_models))}),
-                forPriorityClasses=_FlowList(_ordered(r.priority_classes, order)),
+                forPriorityClasses=_FlowList(ordered_classes(r.priority_classes, order)),
             )
             for r in policy.reservations
         ],
-        "departments": [_Flow(name=name, shares=_num(shares)) for name, shares in policy.departments.items()],
+        "departments": [_Flow(name=name, shares=num(shares)) for name, shares in policy.departments.items()],
         "teams": [_team(team, order) for team in policy.teams.values()],
         "defaults": _team(policy.defaults, order, is_defaults=True),
     }
@@ -100,7 +87,7 @@ def dump_policy(policy: Policy) -> str:
 def _priority_class(pc: PriorityClass, order: list[str]) -> _Flow:
     out = _Flow(name=pc.name)
     if pc.preempts:
-        out["preempts"] = _FlowList(_ordered(pc.preempts, order))
+        out["preempts"] = _FlowList(ordered_classes(pc.preempts, order))
     if not pc.preemptible:
         out["preemptible"] = False
     if pc.default:
@@ -114,7 +101,7 @@ def _team(team: TeamPolicy, order: list[str], *, is_defaults: bool = False) -> d
     out: dict[str, Any] = {} if is_defaults else {"name": team.name}
     if team.department is not None and not is_defaults:
         out["department"] = team.department
-    out["shares"] = _num(team.shares)
+    out["shares"] = num(team.shares)
     quota = _quota(team.quota, order)
     if quota:
         out["quota"] = quota
@@ -123,21 +110,43 @@ def _team(team: TeamPolicy, order: list[str], *, is_defaults: bool = False) -> d
     return out
 
 
-def _quota(quota: Quota, order: list[str]) -> dict[str, Any]:
+def _section(record: object, fields: Sequence[PolicyField], order: list[str]) -> dict[str, Any]:
+    """The rows of ``fields`` that are set, sub-mappings on one line (``weights``, ``preemption``).
+
+    A row new since the first exports (``omit_default``) is written only when it is not the default.
+    """
     out: dict[str, Any] = {}
-    if quota.guaranteed:
-        out["guaranteed"] = _resources(quota.guaranteed)
-    if quota.max:
-        out["max"] = _resources(quota.max)
-    if quota.max_concurrent_jobs is not None:
-        out["maxConcurrentJobs"] = quota.max_concurrent_jobs
-    if quota.device_hours_per_month is not None:
-        out["deviceHoursPerMonth"] = _num(quota.device_hours_per_month)
-    if quota.max_job_duration_s is not None:
-        out["maxJobDuration"] = format_duration(quota.max_job_duration_s)
-    if quota.allowed_priority_classes is not None:
-        out["allowedPriorityClasses"] = _FlowList(_ordered(quota.allowed_priority_classes, order))
+    default = type(record)() if any(f.omit_default for f in fields) else None
+    for f in fields:
+        value = getattr(record, f.attr)
+        if value is None or (f.omit_default and value == getattr(default, f.attr)):
+            continue
+        into = out.setdefault(f.group, _Flow()) if f.group else out
+        into[f.key] = _written(f, value, order)
     return out
+
+
+def _quota(quota: Quota, order: list[str]) -> dict[str, Any]:
+    """The fields that are set (an empty resource mapping is not)."""
+    out: dict[str, Any] = {}
+    for f in QUOTA_FIELDS:
+        value = getattr(quota, f.attr)
+        if value is None or (f.resources and not value):
+            continue
+        out[f.yaml] = _written(f, value, order)
+    return out
+
+
+def _written(f: PolicyField, value: object, order: list[str]) -> Any:
+    """A field's value as written back, in the layout of the examples (mappings and lists on one line)."""
+    if value is None:
+        return None
+    written = f.write(value, order)
+    if isinstance(written, dict):
+        return _Flow(written)
+    if isinstance(written, list):
+        return _FlowList(written)
+    return written
 
 
 def _schedule(schedule: Schedule, order: list[str]) -> dict[str, Any]:
@@ -153,34 +162,4 @@ def _schedule(schedule: Schedule, order: list[str]) -> dict[str, Any]:
 
 def override_to_yaml(override: Mapping[str, object], order: list[str]) -> dict[str, Any]:
     """A schedule's normalised override back in YAML terms (``None`` stays ``null``)."""
-    out: dict[str, Any] = {}
-    for key, value in override.items():
-        if key in ("guaranteed", "max") and isinstance(value, Mapping):
-            out[key] = _resources(value)
-        elif value is None:
-            out[key] = None
-        elif key == "maxJobDuration":
-            out[key] = format_duration(float(value))  # type: ignore[arg-type]
-        elif key == "allowedPriorityClasses":
-            out[key] = _FlowList(_ordered(value, order))  # type: ignore[arg-type]
-        elif isinstance(value, float):
-            out[key] = _num(value)
-        else:
-            out[key] = value
-    return out
-
-
-def _resources(resources: Mapping[str, float | None]) -> _Flow:
-    """``devices`` first, then chip keys in name order."""
-    keys = sorted(resources, key=lambda k: (k != "devices", k))
-    return _Flow((k, None if resources[k] is None else _num(resources[k])) for k in keys)  # type: ignore[arg-type]
-
-
-def _ordered(names: Collection[str], order: list[str]) -> list[str]:
-    """Class names in priority order, so ``preempts`` reads highest first."""
-    known = [n for n in order if n in names]
-    return known + sorted(n for n in names if n not in order)
-
-
-def _num(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else float(value)
+    return {f.yaml: _written(f, override[f.yaml], order) for f in QUOTA_FIELDS if f.yaml in override}

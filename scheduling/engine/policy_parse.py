@@ -21,7 +21,16 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from scheduling.engine.durations import parse_duration
-from scheduling.engine.policy import (
+from scheduling.engine.policy_fields import (
+    API_VERSION,
+    KIND,
+    ORDERING_FIELDS,
+    QUOTA_FIELDS,
+    SPEC_FIELDS,
+    PolicyField,
+    section_keys,
+)
+from scheduling.engine.policy_model import (
     DEVICES,
     Ordering,
     Policy,
@@ -48,9 +57,6 @@ from scheduling.engine.schedules import (
     week_mask,
 )
 
-API_VERSION = "npuportal/v1"
-KIND = "SchedulingPolicy"
-
 #: The classes of a policy that does not list any.
 DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
     PriorityClass("critical", 0, frozenset({"normal", "low"}), preemptible=False),
@@ -58,8 +64,6 @@ DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
     PriorityClass("normal", 2, default=True),
     PriorityClass("low", 3),
 )
-PLACEMENT_STRATEGIES = ("binpack", "spread")
-ON_PREEMPT = ("requeue", "cancel")
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_FIELDS = ("name",)
@@ -67,39 +71,19 @@ _SPEC_FIELDS = (
     "timezone",
     "priorityClasses",
     "ordering",
-    "placement",
-    "backfill",
-    "preemption",
-    "starvation",
+    *section_keys(SPEC_FIELDS),
     "reservations",
     "departments",
     "teams",
     "defaults",
 )
 _CLASS_FIELDS = ("name", "preempts", "preemptible", "default", "starvationAfter")
-_STARVATION_FIELDS = ("after",)
-_ORDERING_FIELDS = ("weights", "maxAge", "usageHalfLife", "longJob")
-_WEIGHT_FIELDS = {
-    "priorityClass": "weight_priority_class",
-    "fairShare": "weight_fair_share",
-    "age": "weight_age",
-    "jobSize": "weight_job_size",
-    "duration": "weight_duration",
-}
-_PLACEMENT_FIELDS = ("strategy",)
-_PREEMPTION_FIELDS = ("gracePeriod", "onPreempt")
+_ORDERING_FIELDS = section_keys(ORDERING_FIELDS)
 _RESERVATION_FIELDS = ("name", "ratio", "chipModels", "forPriorityClasses")
 _DEPARTMENT_FIELDS = ("name", "shares")
 _TEAM_FIELDS = ("name", "department", "shares", "quota", "schedules")
 _DEFAULTS_FIELDS = ("shares", "quota", "schedules")
-_QUOTA_FIELDS = (
-    "guaranteed",
-    "max",
-    "maxConcurrentJobs",
-    "deviceHoursPerMonth",
-    "maxJobDuration",
-    "allowedPriorityClasses",
-)
+_QUOTA_FIELDS = section_keys(QUOTA_FIELDS)
 _SCHEDULE_FIELDS = ("name", "days", "between", "quota")
 
 # Generous for any real policy; stops alias bombs ("billion laughs").
@@ -155,6 +139,21 @@ def parse_policy(
     if policy is None:
         raise PolicyError(issues)
     return policy
+
+
+def validate_policy(
+    text: str,
+    *,
+    chip_models: Collection[str] | None = None,
+    capacity: Mapping[str, float] | None = None,
+) -> list[PolicyIssue]:
+    """Every error and warning in ``text`` at once, in document order.
+
+    ``chip_models``: the cluster's chip models; when given, naming another one
+    is an error. ``capacity``: healthy capacity per resource key, in device
+    units; when given, guarantees summing above it are a warning.
+    """
+    return load_policy(text, chip_models=chip_models, capacity=capacity)[1]
 
 
 # --------------------------------------------------------------------------
@@ -570,29 +569,7 @@ class _Reader:
             timezone = _timezone(ctx, spec["timezone"], "spec.timezone") or timezone
         classes = self.priority_classes(spec.get("priorityClasses"), "spec.priorityClasses")
         ordering = self.ordering(spec.get("ordering"), "spec.ordering")
-        placement = "binpack"
-        if spec.get("placement") is not None:
-            m = _mapping(ctx, spec["placement"], "spec.placement", _PLACEMENT_FIELDS)
-            if m is not None and "strategy" in m:
-                placement = _choice(ctx, m["strategy"], "spec.placement.strategy", PLACEMENT_STRATEGIES) or placement
-        backfill = True
-        if spec.get("backfill") is not None:
-            flag = _bool(ctx, spec["backfill"], "spec.backfill")
-            backfill = True if flag is None else flag
-        grace, on_preempt = 120.0, "requeue"
-        if spec.get("preemption") is not None:
-            m = _mapping(ctx, spec["preemption"], "spec.preemption", _PREEMPTION_FIELDS)
-            if m is not None:
-                if m.get("gracePeriod") is not None:
-                    value = _duration(ctx, m["gracePeriod"], "spec.preemption.gracePeriod", positive=False)
-                    grace = grace if value is None else value
-                if "onPreempt" in m:
-                    on_preempt = _choice(ctx, m["onPreempt"], "spec.preemption.onPreempt", ON_PREEMPT) or on_preempt
-        starvation_after = None
-        if spec.get("starvation") is not None:
-            m = _mapping(ctx, spec["starvation"], "spec.starvation", _STARVATION_FIELDS, required=("after",))
-            if m is not None and "after" in m:
-                starvation_after = _duration(ctx, m["after"], "spec.starvation.after", positive=True)
+        settings = self.section(spec, "spec", SPEC_FIELDS)
         reservations = self.reservations(spec.get("reservations"), "spec.reservations")
         departments = self.departments(spec.get("departments"), "spec.departments")
         teams = self.teams(spec.get("teams"), "spec.teams")
@@ -611,15 +588,11 @@ class _Reader:
             timezone=timezone,
             priority_classes=classes,
             ordering=ordering,
-            placement_strategy=placement,
-            backfill=backfill,
-            grace_period_s=grace,
-            on_preempt=on_preempt,
             reservations=reservations,
             departments=departments,
             teams={t.team.name: t.team for t in teams if t.team is not None},
             defaults=defaults,
-            starvation_after_s=starvation_after,
+            **{**{f.attr: f.default for f in SPEC_FIELDS}, **settings},  # type: ignore[arg-type]  # each value read by its row
         )
 
     # -- priority classes ---------------------------------------------------
@@ -729,20 +702,37 @@ class _Reader:
         m = _mapping(ctx, value, path, _ORDERING_FIELDS)
         if m is None:
             return base
-        values: dict[str, float] = {}
-        if m.get("weights") is not None:
-            weights = _mapping(ctx, m["weights"], f"{path}.weights", tuple(_WEIGHT_FIELDS))
-            for key, attr in _WEIGHT_FIELDS.items():
-                if weights is not None and key in weights:
-                    number = _number(ctx, weights[key], f"{path}.weights.{key}")
-                    if number is not None:
-                        values[attr] = number
-        for key, attr in (("maxAge", "max_age_s"), ("usageHalfLife", "usage_half_life_s"), ("longJob", "long_job_s")):
-            if m.get(key) is not None:
-                seconds = _duration(ctx, m[key], f"{path}.{key}", positive=True)
-                if seconds is not None:
-                    values[attr] = seconds
-        return Ordering(**values)
+        values = self.section(m, path, ORDERING_FIELDS)
+        return Ordering(**values)  # type: ignore[arg-type]  # each value read by its row
+
+    def section(self, m: Mapping[str, object], path: str, fields: Sequence[PolicyField]) -> dict[str, object]:
+        """The values ``m`` sets of the rows of ``fields``, by attribute; a field left out keeps its default.
+
+        Rows in table order, each sub-mapping (``weights``, ``preemption``) checked where its first
+        row is, so errors come in the order of the document's sections.
+        """
+        ctx = self.ctx
+        groups: dict[str, Mapping[str, object] | None] = {"": m}
+        values: dict[str, object] = {}
+        for f in fields:
+            if f.group not in groups:
+                inner = m.get(f.group)
+                required = tuple(g.key for g in fields if g.group == f.group and g.required)
+                allowed = section_keys(fields, f.group)
+                where = _join(path, f.group)
+                groups[f.group] = None if inner is None else _mapping(ctx, inner, where, allowed, required)
+            mapping = groups[f.group]
+            if mapping is None or f.key not in mapping:
+                continue
+            raw = mapping[f.key]
+            if raw is None and f.null != "read":
+                if f.null == "unset":
+                    values[f.attr] = None
+                continue
+            value = f.read(self, raw, _join(path, f.yaml), False)
+            if value is not None:
+                values[f.attr] = value
+        return values
 
     # -- reservations --------------------------------------------------------
 
@@ -916,15 +906,9 @@ class _Reader:
         if override is None:
             return None
         # Built directly, not with merge_quota: its clamp would hide the error below.
-        classes = override.get("allowedPriorityClasses")
-        quota = Quota(
-            guaranteed=dict(override.get("guaranteed") or {}),  # type: ignore[call-overload]
-            max=dict(override.get("max") or {}),  # type: ignore[call-overload]
-            max_concurrent_jobs=override.get("maxConcurrentJobs"),  # type: ignore[arg-type]
-            device_hours_per_month=override.get("deviceHoursPerMonth"),  # type: ignore[arg-type]
-            max_job_duration_s=override.get("maxJobDuration"),  # type: ignore[arg-type]
-            allowed_priority_classes=None if classes is None else frozenset(classes),  # type: ignore[call-overload]
-        )
+        values: dict[str, object] = {f.attr: override.get(f.yaml) for f in QUOTA_FIELDS}
+        values.update({f.attr: dict(override.get(f.yaml) or {}) for f in QUOTA_FIELDS if f.resources})  # type: ignore[call-overload]
+        quota = Quota(**values)  # type: ignore[arg-type]
         for key in sorted(set(quota.guaranteed) & set(quota.max)):
             if quota.max[key] < quota.guaranteed[key]:
                 self.ctx.error(
@@ -950,48 +934,43 @@ class _Reader:
             return None
         out: dict[str, object] = {}
         ok = True
-        for key in ("guaranteed", "max"):
-            if key in m:
-                resources = self.resources(m[key], f"{path}.{key}", allow_null=partial)
-                if resources is None:
-                    ok = False
-                else:
-                    out[key] = resources
-        if "maxConcurrentJobs" in m:
-            if m["maxConcurrentJobs"] is None:
-                out["maxConcurrentJobs"] = None
+        for f in QUOTA_FIELDS:
+            if f.yaml not in m:
+                continue
+            raw = m[f.yaml]
+            if raw is None and not f.resources:  # null: unlimited (or, in a schedule, lifted)
+                out[f.yaml] = None
+                continue
+            value = f.read(self, raw, f"{path}.{f.yaml}", partial)
+            if value is None:
+                ok = False
             else:
-                number = _number(ctx, m["maxConcurrentJobs"], f"{path}.maxConcurrentJobs", integer=True)
-                ok = ok and number is not None
-                out["maxConcurrentJobs"] = None if number is None else int(number)
-        if "deviceHoursPerMonth" in m:
-            if m["deviceHoursPerMonth"] is None:
-                out["deviceHoursPerMonth"] = None
-            else:
-                number = _number(ctx, m["deviceHoursPerMonth"], f"{path}.deviceHoursPerMonth")
-                ok = ok and number is not None
-                out["deviceHoursPerMonth"] = number
-        if "maxJobDuration" in m:
-            if m["maxJobDuration"] is None:
-                out["maxJobDuration"] = None
-            else:
-                seconds = _duration(ctx, m["maxJobDuration"], f"{path}.maxJobDuration", positive=True)
-                ok = ok and seconds is not None
-                out["maxJobDuration"] = seconds
-        if "allowedPriorityClasses" in m:
-            if m["allowedPriorityClasses"] is None:
-                out["allowedPriorityClasses"] = None
-            else:
-                p = f"{path}.allowedPriorityClasses"
-                listed = _strings(ctx, m["allowedPriorityClasses"], p)
-                if listed is None:
-                    ok = False
-                else:
-                    if not listed:
-                        ctx.warn(p, "is empty, so the team cannot run any job")
-                    self.class_refs.extend((cp, c) for c, cp in listed)
-                    out["allowedPriorityClasses"] = frozenset(c for c, _ in listed)
+                out[f.yaml] = value
         return out if ok else None
+
+    # -- what a row of the field tables may ask (policy_fields.FieldReader) --------------
+
+    def number(self, value: object, path: str, *, integer: bool = False) -> float | None:
+        return _number(self.ctx, value, path, integer=integer)
+
+    def duration(self, value: object, path: str, *, positive: bool) -> float | None:
+        return _duration(self.ctx, value, path, positive=positive)
+
+    def flag(self, value: object, path: str) -> bool | None:
+        return _bool(self.ctx, value, path)
+
+    def choice(self, value: object, path: str, choices: Sequence[str]) -> str | None:
+        return _choice(self.ctx, value, path, choices)
+
+    def class_list(self, value: object, path: str) -> frozenset[str] | None:
+        """Names of priority classes, checked against the policy's classes at the end."""
+        listed = _strings(self.ctx, value, path)
+        if listed is None:
+            return None
+        if not listed:
+            self.ctx.warn(path, "is empty, so the team cannot run any job")
+        self.class_refs.extend((cp, c) for c, cp in listed)
+        return frozenset(c for c, _ in listed)
 
     def resources(self, value: object, path: str, *, allow_null: bool) -> dict[str, float | None] | None:
         ctx = self.ctx

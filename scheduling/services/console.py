@@ -15,6 +15,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from npuportal.api.pagination import InvalidCursor, Keyset
+from quotas.tenancy.visibility import is_admin, visible_teams
 from scheduling.disclosure import Viewer, event_detail, events_of, preempted_for_text
 from scheduling.filters import JOB_ORDERING, JobFilterSet, visible_jobs
 from scheduling.models import Job
@@ -94,7 +95,6 @@ def filter_form(filters: JobFilterSet, user: object) -> list[forms.BoundField]:
     is not among them stays a choice, so the form always shows what filters the list.
     """
     from devices.models import Device
-    from quotas.models import Team
     from quotas.policies.versions import active_policy
 
     form = filters.form
@@ -109,9 +109,8 @@ def filter_form(filters: JobFilterSet, user: object) -> list[forms.BoundField]:
     fields["state"].widget = forms.CheckboxSelectMultiple(choices=fields["state"].choices)
     fields["name"].widget = forms.TextInput(attrs={"placeholder": "part of the name", "size": 16})
     fields["user"].widget = forms.TextInput(attrs={"placeholder": "user name", "size": 10})
-    admin = getattr(user, "is_staff", False)
-    team_rows = Team.objects.all() if admin else Team.objects.filter(memberships__user=user)
-    teams = list(team_rows.order_by("name").values_list("name", flat=True))
+    admin = is_admin(user)
+    teams = list(visible_teams(user).order_by("name").values_list("name", flat=True))
     choose("team", teams)
     choose("priority_class", [c.name for c in active_policy().policy.priority_classes])
     chips = Device.objects.filter(node__removed_at__isnull=True).order_by().values_list("chip_model", flat=True)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count
 
+from quotas.tenancy.visibility import only_visible
 from scheduling.engine.snapshot import Dependencies
-from scheduling.membership import teams_of
 from scheduling.models import Job
 
 #: Dependency types, Slurm's names; what each waits for, in words.
@@ -116,9 +116,7 @@ def resolve(value: object, user: AbstractBaseUser) -> str:
     written = parse(value)
     if not written:
         return ""
-    visible = Job.objects.all()
-    if not user.is_staff:
-        visible = visible.filter(team_id__in=teams_of(user))
+    visible = only_visible(Job.objects.all(), user)
     ids = {int(m["id"]) for _, t in written if (m := _REF.fullmatch(t)) and not m["array"] and not m["index"]}
     arrays = {f"A{m['id']}" for _, t in written if (m := _REF.fullmatch(t)) and (m["array"] or m["index"])}
     jobs = dict(visible.filter(pk__in=ids).values_list("pk", "array_id")) if ids else {}

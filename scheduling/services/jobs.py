@@ -22,12 +22,11 @@ from npuportal import row_reads
 from npuportal.limits import in_words
 from quotas.models import Membership, Team
 from quotas.policies.versions import active_policy
+from quotas.tenancy.visibility import sees_team
 from scheduling import transitions
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
 from scheduling.engine.words import duration_words
-from scheduling.membership import can_act_for_team
-from scheduling.membership import teams_of as teams_of  # where it lived before
 from scheduling.models import Job
 from scheduling.services import feasibility, job_insert
 from scheduling.services.dependencies import DependencyError, resolve
@@ -336,7 +335,7 @@ def submit_job(
     on PostgreSQL (``job_insert``), in one transaction elsewhere.
     """
     check_size(spec)
-    if not member_checked and not can_act_for_team(user, team):
+    if not member_checked and not sees_team(user, team):
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
     pclass, template, max_s, chip = _validate(spec, team, now)
@@ -396,7 +395,7 @@ def submit_array(
     suffixed = list(indices[:2]) != [0]
     # Sized before anything is built for the copies: the count itself may be the abuse.
     check_size(replace(spec, name=f"{spec.name}[{max(indices)}]" if suffixed else spec.name), count)
-    if not member_checked and not can_act_for_team(user, team):
+    if not member_checked and not sees_team(user, team):
         raise PermissionDenied(f"{user} is not a member of team {team.name}")
     now = now or timezone.now()
     names = [f"{spec.name}[{index}]" for index in indices] if suffixed else [spec.name]
@@ -517,7 +516,7 @@ cancel_waiting = transitions.cancel_waiting_many
 def cancel_job(job_id: int, *, actor: AbstractBaseUser | None, reason: str = "Cancelled by user") -> Job:
     """Cancel a pending or running job; its devices are free at the next tick, its run is stopped after the commit."""
     job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
-    if actor is not None and not can_act_for_team(actor, job.team):
+    if actor is not None and not sees_team(actor, job.team):
         raise PermissionDenied("not your team's job")
     if job.is_final:
         raise SubmissionError("state", f"job is already {job.state}")

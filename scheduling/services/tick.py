@@ -22,10 +22,10 @@ from django.utils import timezone
 
 from devices.services import inventory
 from devices.services.draining import mark_drained
+from npuportal.cluster_lock import TICK_LOCK_KEY as TICK_LOCK_KEY  # where it lived before
+from npuportal.cluster_lock import lock_cluster as _lock_cluster
 from quotas.policies.versions import active_policy
 from scheduling import transitions
-from scheduling.cluster_lock import TICK_LOCK_KEY as TICK_LOCK_KEY  # where it lived before
-from scheduling.cluster_lock import lock_cluster as _lock_cluster
 from scheduling.engine import reasons
 from scheduling.engine.decide import decide
 from scheduling.engine.estimate import ESTIMATED_REASONS, estimate_starts

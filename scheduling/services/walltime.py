@@ -16,9 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from devices.executors import EVICT_GRACE_S, get_executor
+from npuportal.cluster_lock import lock_cluster
 from npuportal.display_time import clock_text
 from scheduling import transitions
-from scheduling.cluster_lock import lock_cluster
 from scheduling.models import Job
 
 log = logging.getLogger(__name__)
