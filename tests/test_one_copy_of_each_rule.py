@@ -6,6 +6,7 @@ so these tests read the source tree and fail when a copy comes back.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,31 @@ def test_a_duration_the_command_line_refuses_the_policy_refuses_with_the_same_wo
     with pytest.raises(ValueError) as policy:
         policy_durations.parse_duration(text)
     assert str(policy.value) == str(cli.value)
+
+
+def _lines_matching(pattern: str) -> list[str]:
+    found = re.compile(pattern)
+    return sorted(
+        {
+            str(path.relative_to(ROOT))
+            for package in PACKAGES
+            for path in (ROOT / package).rglob("*.py")
+            if "migrations" not in path.parts
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if found.search(line)
+        }
+    )
+
+
+def test_a_jobs_run_time_is_read_by_two_named_rules_only() -> None:
+    """The limit (maximum first) and the expectation (estimate first) live in run_time; nobody inlines either."""
+    assert _lines_matching(r"max_duration_s or \S*estimated_duration_s") == ["scheduling/engine/run_time.py"]
+    assert _lines_matching(r"estimated_duration_s or \S*max_duration_s") == ["scheduling/engine/run_time.py"]
+    assert _sources_containing("def job_duration") == []
+
+
+def test_the_pending_order_is_ranked_in_one_place() -> None:
+    """The tick and order_pending both sort through priority.rank: no second sort of the multifactor score."""
+    assert _sources_containing("def rank(") == ["scheduling/engine/priority.py"]
+    assert _sources_containing("def order_pending(") == ["scheduling/engine/priority.py"]
+    assert _sources_containing("priority.rank(") == ["scheduling/engine/decide.py"]

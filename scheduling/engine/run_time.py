@@ -23,7 +23,12 @@ from scheduling.engine.snapshot import JobState
 
 def limit(job: JobState) -> float:
     """The longest ``job`` may run: its ``max_duration_s``, else its estimate (0: neither)."""
-    return job.max_duration_s or job.estimated_duration_s
+    return limit_of(job.max_duration_s, job.estimated_duration_s)
+
+
+def limit_of(max_duration_s: float | None, estimated_duration_s: float) -> float:
+    """:func:`limit` for a job that is not in a snapshot yet (a submission being checked)."""
+    return max_duration_s or estimated_duration_s
 
 
 def expected(job: JobState) -> float | None:

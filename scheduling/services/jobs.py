@@ -24,6 +24,7 @@ from quotas.models import Membership, Team
 from quotas.policies.versions import active_policy
 from quotas.tenancy.visibility import sees_team
 from scheduling import transitions
+from scheduling.engine import run_time
 from scheduling.engine.feasibility import Request
 from scheduling.engine.policy import quota_at
 from scheduling.engine.words import duration_words
@@ -285,7 +286,7 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
             chip_model=chip or None,
             vnpu_template=template.name if template else None,
             priority_class=pclass,
-            duration_s=float(spec.max_duration_s or spec.estimated_duration_s),
+            duration_s=float(run_time.limit_of(spec.max_duration_s, spec.estimated_duration_s)),
             estimated_duration_s=float(spec.estimated_duration_s),
         ),
     )
