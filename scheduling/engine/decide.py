@@ -929,26 +929,12 @@ class Tick:
                     bucket[pool] = None
                     chip_state.dirty.add(pool.key)
             return None
-        for hold in usable:
-            for pool, mask in hold.free_now:
-                state.release_whole(pool, mask)
-            for pool, i in hold.sliced_now:
-                state.show_slices(pool, i)
-        placement = find(state, need, chip)
-        for hold in usable:
-            for pool, i in hold.sliced_now:
-                state.hide_slices(pool, i)
-        taken: dict[Pool, int] = {}
-        if placement is not None:
-            for pool, i in placement.cards:
-                taken[pool] = taken.get(pool, 0) | (1 << i)
-        for hold in usable:
-            kept = []
-            for pool, mask in hold.free_now:
-                rest = mask & ~taken.get(pool, 0) & pool.free
-                if rest:
-                    state.take_whole(pool, rest)
-                    kept.append((pool, rest))
+        # The holds' cards are lent to this one placement; what it does not start on is held again.
+        with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable]) as lent:
+            placement = find(state, need, chip)
+            if placement is not None:
+                lent.give(placement.cards)
+        for hold, kept in zip(usable, lent.kept, strict=True):
             hold.free_now = kept
         if placement is None:
             self.free_memo.hold_fail.add(key)
