@@ -37,6 +37,7 @@ COMPILED = (
     "durations",
     "estimate",
     "fairshare",
+    "layout",
     "placement",
     "policy",
     "policy_model",

@@ -19,9 +19,13 @@ the hot path (10k pending jobs against 8k devices in a few milliseconds):
   (``Pool.ktab``) and the cards best fit takes for ``(free mask, n)``
   (:meth:`Chip.pick`), filled on first use;
 * the static part (pools, groups, buckets' shape, device index, the lookup
-  tables and the static shape checks of :mod:`placement`) is a
-  :class:`Layout`, kept between ticks while the inventory's values are the
-  same; a tick only resets the free state and marks the running jobs.
+  tables and the static shape checks of :mod:`placement`) and everything else
+  kept from one tick to the next is a :class:`layout.Layout`, with its
+  lifetime stated there; this module is the one tick's view of it
+  (:class:`ClusterState`): it resets or patches the layout's free fields,
+  marks the running jobs, and changes the free state only through its methods;
+* :meth:`ClusterState.tentative` tries changes to the free state and puts
+  them back (Kueue's ``SimulateWorkloadRemoval``, Volcano's ``Statement``).
 
 Device units: a whole card is 1; a vNPU slice is ``template.ai_cores /
 card.ai_cores`` of a card (quota, reservations and fair share all count so).
@@ -29,562 +33,14 @@ card.ai_cores`` of a card (quota, reservations and fair share all count so).
 
 from __future__ import annotations
 
-import math
-import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, ClassVar
 
-from scheduling.engine.record import Record
-from scheduling.engine.snapshot import DeviceState, JobState, NodeState, RunningDelta, Slot, Snapshot, VnpuTemplate
-
-#: Float slack for unit sums (slices make fractions such as 0.3 + 0.3 + 0.4).
-EPS = 1e-9
-
-
-def lowest_bits(mask: int, n: int) -> list[int]:
-    """Positions of the ``n`` lowest set bits of ``mask`` (``mask`` has at least ``n``)."""
-    out: list[int] = []
-    while len(out) < n:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
-def _mask_of(bits: list[int]) -> int:
-    mask = 0
-    for b in bits:
-        mask |= 1 << b
-    return mask
-
-
-def _index(dev: DeviceState) -> int:
-    return dev.index
-
-
-class Card:
-    """What the free state reads of a device after the layout is built."""
-
-    __slots__ = ("ai_cores", "ai_cpus", "hbm_mb", "id")
-
-    def __init__(self, id: int, ai_cores: int, hbm_mb: int, ai_cpus: int) -> None:
-        self.id = id
-        self.ai_cores = ai_cores
-        self.hbm_mb = hbm_mb
-        self.ai_cpus = ai_cpus
-
-
-class Pool:
-    """The devices of one chip model on one node, with their free state."""
-
-    __slots__ = (
-        "chip",
-        "devs",
-        "free",
-        "gid",
-        "grants",
-        "groups",
-        "ids",
-        "idx",
-        "key",
-        "key0",
-        "ktab",
-        "node",
-        "size",
-        "slices",
-        "slot_objs",
-        "usable",
-        "used_cores",
-        "used_cpus",
-        "used_mem",
-    )
-
-    def __init__(self, idx: int, node: NodeState, chip: str, devs: list[DeviceState]) -> None:
-        self.idx = idx
-        self.node = node.name
-        self.chip = chip
-        #: The cards' values at build time (a cached layout outlives the snapshot's objects).
-        self.devs = [Card(dev.id, dev.ai_cores, dev.hbm_mb, dev.ai_cpus) for dev in devs]
-        size = self.size = len(devs)
-        groups: dict[str, int] = {}
-        usable = 0
-        schedulable = node.schedulable
-        for i, dev in enumerate(devs):
-            g = dev.topology_group
-            groups[g] = groups.get(g, 0) | (1 << i)
-            if dev.usable and schedulable:
-                usable |= 1 << i
-        #: Group masks, in first-seen order (ring 0 before ring 1).
-        self.groups: tuple[int, ...] = tuple(groups.values())
-        self.ids = [dev.id for dev in devs]
-        self.usable = usable
-        #: Usable cards with nobody on them (whole-card placement takes from here).
-        self.free = usable
-        self.key = -1
-        #: Bucket key at the start of the last tick (see ``Layout.image``).
-        self.key0 = -1
-        #: Bucket key per free mask (shared by the pools of one chip with the same groups).
-        self.ktab: dict[int, int] = {}
-        self.gid = 0
-        zeros = [0] * size
-        self.used_cores = zeros
-        self.used_mem = zeros.copy()
-        self.used_cpus = zeros.copy()
-        #: Number of vNPU slices on each card (a card with slices is never given whole).
-        self.slices = zeros.copy()
-        #: The :class:`Slot` of each card given whole (made on first use).
-        self.slot_objs: list[Slot | None] = [None] * size
-        #: Per card indices a job was given whole: its slots and its ``Occupant.cards`` (values
-        #: never changed once made: the placements of a node repeat from tick to tick).
-        self.grants: dict[tuple[int, ...], tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]] = {}
-
-    def grant(self, picked: tuple[int, ...]) -> tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]:
-        """The slots and ``Occupant.cards`` of a job given cards ``picked`` whole (made once)."""
-        found = self.grants.get(picked)
-        if found is None:
-            found = self.grants[picked] = (tuple([self.slot(i) for i in picked]), [(self, i, None) for i in picked])
-        return found
-
-    def slot(self, i: int) -> Slot:
-        """The :class:`Slot` of card ``i`` given whole (immutable: one object for every tick)."""
-        slot = self.slot_objs[i]
-        if slot is None:
-            slot = self.slot_objs[i] = Slot(self.ids[i])
-        return slot
-
-    def reset(self) -> None:
-        """Back to "nobody holds anything" (a cached layout starting a new tick)."""
-        self.free = self.usable
-        self.key = -1
-        if any(self.slices):
-            self.reset_slices()
-
-    def reset_slices(self) -> None:
-        """No vNPU slice on any card."""
-        if any(self.slices):
-            zeros = [0] * self.size
-            self.used_cores = zeros
-            self.used_mem = zeros.copy()
-            self.used_cpus = zeros.copy()
-            self.slices = zeros.copy()
-
-    def best_group_free(self) -> int:
-        """Free cards in the group with the most free cards."""
-        free = self.free
-        return max((free & g).bit_count() for g in self.groups) if self.groups else 0
-
-
-@dataclass(slots=True)
-class Chip:
-    """Everything about one chip model: static layout and the live free buckets."""
-
-    name: str
-    pools: list[Pool] = field(default_factory=list)
-    #: Largest pool (cards of this model on one node) and largest topology group.
-    size: int = 0
-    gmax: int = 0
-    #: Card resources (max over the model's cards) for vNPU units and checks.
-    card_cores: int = 0
-    card_mem: int = 0
-    card_cpus: int = 0
-    total: int = 0
-    usable_count: int = 0
-    #: Usable device units nobody holds: whole free cards plus slices' leftovers.
-    free_units: float = 0.0
-    buckets: list[dict[Pool, None]] = field(default_factory=list)
-    group_count: list[int] = field(default_factory=list)
-    max_group_free: int = 0
-    #: Sliced usable cards by remaining AI cores: ``slice_buckets[r]`` = {(pool, i): None}.
-    slice_buckets: list[dict[tuple[Pool, int], None]] = field(default_factory=list)
-    orders: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    #: The buckets at the start of the last tick, in pool order, with their counts, top
-    #: group and free units (see ``Layout.image``).
-    members: list[list[Pool]] = field(default_factory=list)
-    counts0: list[int] = field(default_factory=list)
-    top0: int = 0
-    free0: float = 0.0
-    #: Buckets changed since the tick began (the next tick rebuilds only these from ``members``).
-    dirty: set[int] = field(default_factory=set)
-    #: Lookup tables: ``picks[(gid, free, n)]`` = (card indices, their mask) best fit takes (see :meth:`pick`).
-    picks: dict[tuple[int, int, int], tuple[tuple[int, ...], int] | None] = field(default_factory=dict)
-    #: Group layouts seen on this chip -> (gid, shared bucket-key table).
-    layouts: dict[tuple[int, ...], tuple[int, dict[int, int]]] = field(default_factory=dict)
-    #: Static shape checks of :mod:`placement` (they depend on the layout only).
-    fits: dict[int, tuple[str | None, str]] = field(default_factory=dict)
-    slice_fits: dict[tuple[int, int, int], tuple[bool, bool]] = field(default_factory=dict)
-
-    def bucket_key(self, pool: Pool) -> int:
-        key = pool.ktab.get(pool.free)
-        if key is None:
-            key = pool.ktab[pool.free] = pool.best_group_free() * (self.size + 1) + pool.free.bit_count()
-        return key
-
-    def rebucket(self, pool: Pool) -> None:
-        """Move ``pool`` to the bucket of its current free state (O(1))."""
-        old = pool.key
-        new = pool.ktab.get(pool.free)
-        if new is None:
-            new = self.bucket_key(pool)
-        if new == old:
-            return
-        width = self.size + 1
-        counts = self.group_count
-        self.dirty.add(new)
-        if old >= 0:
-            self.dirty.add(old)
-            del self.buckets[old][pool]
-            counts[old // width] -= 1
-        self.buckets[new][pool] = None
-        pool.key = new
-        g = new // width
-        counts[g] += 1
-        if g > self.max_group_free:
-            self.max_group_free = g
-        elif old >= 0 and old // width == self.max_group_free and counts[self.max_group_free] == 0:
-            top = self.max_group_free
-            while top > 0 and counts[top] == 0:
-                top -= 1
-            self.max_group_free = top
-
-    def order(self, strategy: str, n: int) -> list[int]:
-        """Bucket keys an ``n``-card single-node job tries, best first (cached)."""
-        cached = self.orders.get((strategy, n))
-        if cached is not None:
-            return cached
-        width = self.size + 1
-        frees = range(n, self.size + 1)
-        if strategy == "spread":
-            frees = range(self.size, n - 1, -1)
-        keys: list[int] = []
-        for f in frees:
-            if n <= self.gmax:
-                keys.extend(g * width + f for g in range(n, min(f, self.gmax) + 1))
-            else:  # a multi-group job needs whole free groups: g is the full group size
-                keys.append(self.gmax * width + f)
-        self.orders[(strategy, n)] = keys
-        return keys
-
-    def pick(self, pool: Pool, free: int, n: int) -> tuple[tuple[int, ...], int] | None:
-        """Card indices (and their mask) an ``n``-card single-node job takes on ``pool`` when ``free`` is free.
-
-        Up to a group: the lowest ``n`` cards of the group with the fewest free
-        cards that still holds ``n`` (best fit). Larger: the first ``n / gmax``
-        whole free groups. ``None`` if it does not fit. Memoised per layout.
-        """
-        key = (pool.gid, free, n)
-        found = self.picks.get(key, False)
-        if found is not False:
-            return found  # type: ignore[return-value]
-        result: tuple[tuple[int, ...], int] | None = None
-        if n <= self.gmax:
-            best = 0
-            best_count = 1 << 30
-            for g in pool.groups:
-                mask = free & g
-                count = mask.bit_count()
-                if n <= count < best_count:
-                    best, best_count = mask, count
-            if best:
-                cards = lowest_bits(best, n)
-                result = (tuple(cards), _mask_of(cards))
-        else:
-            unit = self.gmax
-            want = n // unit
-            full = [g for g in pool.groups if g.bit_count() == unit and free & g == g]
-            if len(full) >= want:
-                picked: list[int] = []
-                for g in full[:want]:
-                    picked.extend(lowest_bits(g, unit))
-                result = (tuple(picked), _mask_of(picked))
-        self.picks[key] = result
-        return result
-
-    @property
-    def full_key(self) -> int:
-        """Bucket of pools with every card free (whole nodes for multi-node gangs)."""
-        return self.gmax * (self.size + 1) + self.size
-
-    def slice_units(self, template: VnpuTemplate) -> float:
-        return template.ai_cores / self.card_cores if self.card_cores else 1.0
-
-
-@dataclass
-class Occupant(Record):
-    """A running job as the free state sees it."""
-
-    job: JobState
-    chip: str
-    units: float
-    #: ``(pool, index, template)``: template ``None`` for a whole card.
-    cards: list[tuple[Pool, int, VnpuTemplate | None]]
-    #: Units of this job on usable devices (what reservations count).
-    usable_units: float
-    #: :func:`expected_end` (``None`` until :func:`end_of` needs it).
-    expected_end: float | None
-    #: Grace deadline when the job is already leaving.
-    leaving: float | None = None
-    #: The ``now`` and the job's ``preempt_deadline`` ``expected_end`` was worked out with: it
-    #: still holds at a later ``now`` it lies after, for the same deadline (see :func:`end_of`).
-    end_now: float = -math.inf
-    end_deadline: float | None = None
-    #: Position in the running list (``Layout.by_end`` breaks ties of equal ends with it),
-    #: and the end it is sorted under there.
-    seq: int = 0
-    sort_end: float = 0.0
-    #: The cards as a shadow replay reads them (``backfill.Release.cards``), built on first use.
-    release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None
-
-    # Written out, not generated: see record.py.
-    def __init__(
-        self,
-        job: JobState,
-        chip: str,
-        units: float,
-        cards: list[tuple[Pool, int, VnpuTemplate | None]],
-        usable_units: float,
-        expected_end: float | None,
-        leaving: float | None = None,
-        end_now: float = -math.inf,
-        end_deadline: float | None = None,
-        seq: int = 0,
-        sort_end: float = 0.0,
-        release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None,
-    ) -> None:
-        self.job = job
-        self.chip = chip
-        self.units = units
-        self.cards = cards
-        self.usable_units = usable_units
-        self.expected_end = expected_end
-        self.leaving = leaving
-        self.end_now = end_now
-        self.end_deadline = end_deadline
-        self.seq = seq
-        self.sort_end = sort_end
-        self.release_cards = release_cards
-
+from scheduling.engine.layout import EPS, Card, Chip, Layout, Occupant, Pool, inventory_fingerprint, lowest_bits  # noqa: F401 (re-exported)
+from scheduling.engine.snapshot import JobState, RunningDelta, Snapshot, VnpuTemplate
 
 _IDX = attrgetter("idx")
-
-
-def inventory_fingerprint(nodes: list[NodeState]) -> list[object]:
-    """Every value of the inventory the layout is built from (node names, schedulable flags, devices).
-
-    One flat list (a node's name and flag, then a tuple per device), read field by
-    field: compiled, these are native reads, where ``attrgetter`` went through the
-    generic attribute lookup of 64,000 values on 8,000 cards.
-    """
-    out: list[object] = []
-    for node in nodes:
-        out.append(node.name)
-        out.append(node.schedulable)
-        for d in node.devices:
-            out.append((d.id, d.index, d.chip_model, d.topology_group, d.usable, d.hbm_mb, d.ai_cores, d.ai_cpus))
-    return out
-
-
-class Layout:
-    """The static part of the free state: pools, topology groups, chips, device index.
-
-    Building it reads every device (a third of a tick for 8,000 cards), and it
-    only changes when the inventory does, so a finished tick hands it back
-    (:meth:`put_back`) and the next tick whose inventory has the same
-    fingerprint (:func:`inventory_fingerprint`: every value it is built from,
-    compared by value, so a snapshot rebuilt from the database and a simulator
-    that flips a device's ``usable`` in place are both seen as they are) takes
-    it and only resets the free state. A layout is used by one tick at a time:
-    a tick takes it out of the cache (under a lock) and puts it back when done;
-    concurrent ticks build their own. Pools copy the device values they read
-    later (:class:`Card`), so nothing refers to a snapshot's objects.
-    """
-
-    _idle: ClassVar[list[Layout]] = []
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-    #: Layouts kept for reuse (one per inventory seen last).
-    KEEP: ClassVar[int] = 2
-
-    def __init__(self, nodes: list[NodeState], fingerprint: object | None) -> None:
-        self.fingerprint = fingerprint
-        #: ``Snapshot.inventory_key`` of the snapshot it was built for (``None``: match by fingerprint).
-        self.key: object | None = None
-        self.chips: dict[str, Chip] = {}
-        self.pools: list[Pool] = []
-        self.where: dict[int, tuple[Pool, int]] = {}
-        #: device id -> (pool, mask keeping the other cards, usable?, whole-card entry of ``Occupant.cards``)
-        self.slot_info: dict[int, tuple[Pool, int, bool, tuple[Pool, int, None]]] = {}
-        #: ``id(slots)`` -> what :meth:`ClusterState.occupy` worked out for a whole-card job last tick:
-        #: ``[slots, cards, units, usable units, chip, ((pool, keep mask), ...) or None, Occupant]``;
-        #: the occupant is reused (its per-tick fields reset) while the same job object runs there.
-        self.seen_slots: dict[int, list] = {}
-        #: Per-team totals over the running jobs of the last tick that used this layout, with the
-        #: occupants they were summed from and that tick's number (see :meth:`ClusterState.running_totals`).
-        self.totals: tuple[dict[int, Occupant] | None, dict[str, list], int] | None = None
-        #: Cards held per pool (a bitmask each, usable or not) by the whole-card jobs in
-        #: ``seen_slots`` when they are all the running jobs and no card is held twice: the next
-        #: tick of a caller that keeps its job objects starts from it (see :meth:`ClusterState.occupy`).
-        self.held: list[int] | None = None
-        #: ``(tick number, card_jobs)`` of the last tick that built it, without that tick's starts.
-        self.card_jobs: tuple[int, dict[int, list[int]]] | None = None
-        #: Ticks that occupied this layout (each tick's number tags what it leaves behind).
-        self.gen = 0
-        #: The tick that left ``held``.
-        self.held_gen = -1
-        self.largest_node = 0
-        #: Pools given a vNPU slice since the last reset (only they need their slice counts cleared).
-        self.sliced: set[Pool] = set()
-        #: For callers that pass a ``Snapshot.running_delta``: the free state at the start of the
-        #: last tick is kept (``Chip.members`` …, ``Pool.key0``, ``held``), the running jobs then by
-        #: id (``occ_map``), the pools that tick changed (``touched``), the delta version it was
-        #: for, and the jobs it left out as evicted (still in ``running`` until the caller stops them).
-        self.image = False
-        self.occ_map: dict[int, Occupant] = {}
-        self.touched: list[Pool] = []
-        self.delta_version: int | None = None
-        self.evicted_last: set[int] = set()
-        #: For a caller whose running list keeps its order (``RunningDelta.in_order``): per chip
-        #: model, the running jobs with cards sorted by (expected end, running position), as
-        #: ``(keys, occupants)``, carried from tick to tick (``None``: built when next needed);
-        #: and the next running position to hand out.
-        self.by_end: dict[str, tuple[list[tuple[float, int]], list[Occupant]]] | None = None
-        self.seq = 0
-        #: What the last tick left in its occupants' tick fields (see ``ClusterState.marked``).
-        self.stale: tuple[list[Occupant], list[Occupant]] = ([], [])
-        #: Request shapes resolved against this inventory and the vNPU templates they were
-        #: resolved with (``placement.Need``: they depend on nothing else).
-        self.needs: dict[tuple, Any] = {}
-        self.needs_templates: dict[tuple[str, str], VnpuTemplate] = {}
-        self._build(nodes)
-        self.reset()
-
-    @classmethod
-    def get(cls, nodes: list[NodeState], key: object | None = None, values: object | None = None) -> Layout:
-        """A layout for ``nodes``: a cached one with the same fingerprint, else a new one.
-
-        A cached one is as the last tick left it: :meth:`ClusterState.occupy` resets it
-        or, given a running delta, starts from its image of the last tick.
-
-        With ``key`` (``Snapshot.inventory_key``) the caller vouches that equal keys mean
-        an equal inventory, and the fingerprint (a read of every device) is skipped. With
-        ``values`` (``Snapshot.inventory_values``, the rows the database tick read) the
-        fingerprint is those values: comparing them costs a fifth of reading the devices.
-        """
-        fingerprint: object | None = None
-        if key is None:
-            fingerprint = ("values", values) if values is not None else ("read", inventory_fingerprint(nodes))
-        with cls._lock:
-            for i, layout in enumerate(cls._idle):
-                if key is not None:
-                    same = layout.key == key
-                else:
-                    same = layout.key is None and layout.fingerprint == fingerprint
-                if same:
-                    del cls._idle[i]
-                    break
-            else:
-                layout = None
-        if layout is None:
-            layout = cls(nodes, fingerprint)
-            layout.key = key
-        return layout
-
-    def put_back(self) -> None:
-        with self._lock:
-            idle = self._idle
-            idle.insert(0, self)
-            del idle[self.KEEP :]
-
-    def reset(self) -> None:
-        """Nothing held: every usable card free, empty buckets."""
-        self.image = False
-        self.touched = []
-        for pool in self.pools:
-            pool.free = pool.usable
-            pool.key = -1
-        for pool in self.sliced:
-            pool.reset_slices()
-        self.sliced = set()
-        for chip in self.chips.values():
-            chip.buckets = [{} for _ in range((chip.gmax + 1) * (chip.size + 1))]
-            chip.group_count = [0] * (chip.gmax + 1)
-            chip.max_group_free = 0
-            chip.slice_buckets = [{} for _ in range(chip.card_cores + 1)]
-            chip.free_units = float(chip.usable_count)
-            chip.dirty = set()
-
-    def _build(self, nodes: list[NodeState]) -> None:
-        chips = self.chips
-        where = self.where
-        slot_info = self.slot_info
-        pools = self.pools
-        largest = 0
-        for node in nodes:
-            devices = node.devices
-            if not devices:
-                continue
-            first = devices[0].chip_model
-            by_chip: dict[str, list[DeviceState]] | None = None
-            for dev in devices:
-                if dev.chip_model != first:
-                    by_chip = {}
-                    for d in devices:
-                        by_chip.setdefault(d.chip_model, []).append(d)
-                    for devs in by_chip.values():
-                        devs.sort(key=_index)
-                    break
-            if by_chip is None:  # the usual server: one model
-                prev = -1
-                for dev in devices:
-                    if dev.index < prev:
-                        by_chip = {first: sorted(devices, key=_index)}
-                        break
-                    prev = dev.index
-                else:
-                    by_chip = {first: list(devices)}
-            if len(devices) > largest:
-                largest = len(devices)
-            for chip_name, devs in by_chip.items():
-                pool = Pool(len(pools), node, chip_name, devs)
-                pools.append(pool)
-                chip = chips.get(chip_name)
-                if chip is None:
-                    chip = chips[chip_name] = Chip(chip_name)
-                chip.pools.append(pool)
-                if pool.size > chip.size:
-                    chip.size = pool.size
-                for g in pool.groups:
-                    c = g.bit_count()
-                    if c > chip.gmax:
-                        chip.gmax = c
-                chip.total += pool.size
-                chip.usable_count += pool.usable.bit_count()
-                for i, dev_id in enumerate(pool.ids):
-                    where[dev_id] = (pool, i)
-                    slot_info[dev_id] = (pool, ~(1 << i), bool(pool.usable >> i & 1), (pool, i, None))
-                cores = mem = cpus = 0
-                for dev in devs:
-                    if dev.ai_cores > cores:
-                        cores = dev.ai_cores
-                    if dev.hbm_mb > mem:
-                        mem = dev.hbm_mb
-                    if dev.ai_cpus > cpus:
-                        cpus = dev.ai_cpus
-                if cores > chip.card_cores:
-                    chip.card_cores = cores
-                if mem > chip.card_mem:
-                    chip.card_mem = mem
-                if cpus > chip.card_cpus:
-                    chip.card_cpus = cpus
-        self.largest_node = largest
-        for chip in chips.values():
-            layouts = chip.layouts
-            for pool in chip.pools:
-                found = layouts.get(pool.groups)
-                if found is None:
-                    found = layouts[pool.groups] = (len(layouts), {})
-                pool.gid, pool.ktab = found
 
 
 class ClusterState:
@@ -1306,6 +762,10 @@ class ClusterState:
         pool.free |= mask & pool.usable
         self.chips[pool.chip].rebucket(pool)
 
+    def tentative(self, parts: list[tuple[list[tuple[Pool, int]], list[tuple[Pool, int]]]]) -> Tentative:
+        """Lend held cards to a try; see :class:`Tentative` (``with state.tentative(parts) as lent: ...``)."""
+        return Tentative(self, parts)
+
     def take_slice(self, pool: Pool, i: int, tmpl: VnpuTemplate) -> None:
         chip = self.chips[pool.chip]
         bit = 1 << i
@@ -1321,6 +781,57 @@ class ClusterState:
         pool.used_cpus[i] += tmpl.ai_cpus
         pool.slices[i] += 1
         self._rebucket_slice(chip, pool, i, old_left)
+
+
+class Tentative:
+    """Free-state changes tried and put back: held cards released for a try, held again on exit.
+
+    Kueue's ``SimulateWorkloadRemoval`` and Volcano's ``Statement`` for the change a
+    tick tries: lending the cards of backfill holds to one placement. Each *part*
+    (one hold) is a list of ``(pool, mask)`` whole cards and a list of
+    ``(pool, card)`` sliced cards. Entering releases the masks and shows the
+    slices, part by part; leaving hides the slices again, then takes back, part by
+    part, the lent cards still free except those given away (:meth:`give`: the
+    cards the tried placement is about to start on). :attr:`kept` then holds, per
+    part, the ``(pool, mask)`` pairs held again. The order of these steps is the
+    order of the buckets later placements walk, so it is kept as it is.
+    """
+
+    def __init__(self, state: ClusterState, parts: list[tuple[list[tuple[Pool, int]], list[tuple[Pool, int]]]]) -> None:
+        self.state = state
+        self.parts = parts
+        self.given: dict[Pool, int] = {}
+        self.kept: list[list[tuple[Pool, int]]] = []
+
+    def give(self, cards: list[tuple[Pool, int]]) -> None:
+        """Commit these lent cards to the try: they are not held again on exit."""
+        given = self.given
+        for pool, i in cards:
+            given[pool] = given.get(pool, 0) | (1 << i)
+
+    def __enter__(self) -> Tentative:
+        state = self.state
+        for wholes, sliced in self.parts:
+            for pool, mask in wholes:
+                state.release_whole(pool, mask)
+            for pool, i in sliced:
+                state.show_slices(pool, i)
+        return self
+
+    def __exit__(self, kind: object, value: object, trace: object) -> None:
+        state = self.state
+        for _, sliced in self.parts:
+            for pool, i in sliced:
+                state.hide_slices(pool, i)
+        given = self.given
+        for wholes, _ in self.parts:
+            kept: list[tuple[Pool, int]] = []
+            for pool, mask in wholes:
+                rest = mask & ~given.get(pool, 0) & pool.free
+                if rest:
+                    state.take_whole(pool, rest)
+                    kept.append((pool, rest))
+            self.kept.append(kept)
 
 
 def _card_jobs_add(cj: dict[int, list[int]], occ: Occupant) -> None:

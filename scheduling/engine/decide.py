@@ -6,7 +6,7 @@ or a Volcano session, a tick is a fixed pipeline over an in-memory copy of the
 free state; nothing here does I/O and the same snapshot always gives the same
 decisions.
 
-0. **Held** jobs (not eligible): a job whose dependencies are not satisfied
+0. **Held** jobs (not eligible; :func:`eligible`): a job whose dependencies are not satisfied
    waits with ``Dependency`` (:mod:`dependency`), or is cancelled
    (``Decisions.cancelled``, ``DependencyNeverSatisfied``) when they never can
    be; then a copy of a job array beyond its ``%N`` limit, counting its
@@ -14,41 +14,41 @@ decisions.
    waits with ``JobArrayTaskLimit`` (:mod:`array_throttle`). Held jobs take no
    part in the steps below: no place in the order, no hold, no estimate, no
    block on the jobs behind them.
-1. **Evict** running jobs whose preemption grace deadline has passed
+1. **Evict** (:func:`evict`) running jobs whose preemption grace deadline has passed
    (``Decisions.evictions``); their devices are free for this tick. A victim
    whose job no longer waits, and whose cards no promise counts on, is not
    evicted but let run on (``Decisions.called_off``).
-2. **Capacity** (:mod:`capacity`): free cards per node, topology group and chip
-   model; vNPU slices per card; every team's usage in device units
+2. **Capacity** (:func:`free_state`, then ``Tick``'s constructor; :mod:`capacity`):
+   free cards per node, topology group and chip model; vNPU slices per card; every team's usage in device units
    (:mod:`quota` ledgers, quota in force at ``now``); reservation counters
    (:mod:`reservations`); jobs already leaving (a set ``preempt_deadline``).
    Cards an earlier tick promised to a waiting job (``Snapshot.promises``)
    are held for it: the free ones leave the free state until its turn, and no
    other job's victim search counts them.
-3. **Order** the pending jobs (:mod:`priority`): Slurm multifactor priority
+3. **Order** (:meth:`Tick.order`) the pending jobs (:mod:`priority`): Slurm multifactor priority
    from class, fair share (:mod:`fairshare`, classic algorithm), age and size;
    ties by submission time, then id. *Starvation guard* (:mod:`starvation`,
    ``spec.starvation``): jobs that waited longer than their class's threshold
    come before all of these, oldest first.
-4. **For each job in that order**, first failure wins:
+4. **For each job in that order** (:meth:`Tick.run`, then :meth:`Tick.place` from c on), first failure wins:
 
-   a. *admission* (:mod:`quota`): class allowed, max job duration, monthly
+   a. *admission* (:func:`quota.admit`): class allowed, max job duration, monthly
       device-hours, max concurrent jobs, ``max`` devices overall and per chip
       model (which also narrows the chip models the job may use);
-   b. *static shape* (:mod:`placement`): chip model exists
+   b. *static shape* (:mod:`placement`, :meth:`Tick._admit_slow`): chip model exists
       (``ChipModelUnavailable``), enough healthy devices for the shape
       (``NodeUnhealthy``), shape fits the servers at all (``Topology``);
-   c. *reservation* (:mod:`reservations`): free devices minus the job stay at
+   c. *reservation* (:meth:`Tick._within_reservations`): free devices minus the job stay at
       or above what is held for other classes (``ReservedCapacity`` when
       devices are free but held, or when the job is larger than the
       reservations would leave it with every card free: it gets no hold);
-   d. *queue position*: without backfill, a pool (chip model) whose first
+   d. *queue position* (:meth:`Tick._behind_blocked`): without backfill, a pool (chip model) whose first
       blocked job is waiting takes no lower job (``Priority``) — except a job
       within its team's guarantee, which is entitled to that capacity;
-   e. *placement* (:mod:`placement`): exact cards or a slice → ``Start``; with
+   e. *placement* (:meth:`Tick._place_on_free`, :mod:`placement`): exact cards or a slice → ``Start``; with
       backfill on, only on cards not held for the pool's blocked job unless
       the job ends before that job's shadow time (``Start.backfilled``);
-   f. *no fit → preemption* (:mod:`preemption`): guarantee reclaim from
+   f. *no fit → preemption* (:meth:`Tick._preempt_for`, :mod:`preemption`): guarantee reclaim from
       borrowing teams, or preemption of lower classes the job's class may
       preempt; cards of jobs already leaving count first. Found →
       ``Preemption`` per victim (deadline ``now + grace``) and the job waits
@@ -63,7 +63,7 @@ decisions.
       victim sets that free the cards, the one losing the least work
       (:mod:`work_lost`), then the fewest victims; a job the starvation guard
       served late costs its threshold's worth of cards more (:mod:`starvation`);
-   g. *still no room* (:mod:`backfill`): the first blocked job of each pool
+   g. *still no room* (:meth:`Tick.blocked_job`, :mod:`backfill`): the first blocked job of each pool
       gets its shadow time as estimated start and (with backfill) a hold on
       the cards it will take; it waits with ``Resources``. Later blocked jobs
       wait with ``Resources`` (backfill on) or ``Priority`` (off). With
@@ -72,7 +72,7 @@ decisions.
       earlier holds' cards busy until their jobs would end); a job within its
       guarantee may take an ordinary hold's cards, never a starving job's.
 
-5. **Never runnable** (:mod:`feasibility`): a job left waiting for its team's
+5. **Never runnable** (:func:`feasibility.mark_never_runnable`): a job left waiting for its team's
    limits, a reservation or its shape that no schedule of the policy and no
    state of the inventory would ever let run waits with ``NeverRunnable`` ("cannot run
    under the current policy: ..."), not a reason that sounds temporary.
@@ -213,21 +213,41 @@ def eligible(snapshot: Snapshot) -> tuple[Snapshot, dict[int, Wait], dict[int, s
     return replace(snapshot, pending=pending), held, cancelled
 
 
+def evict(snapshot: Snapshot, out: Decisions, now: float) -> list[JobState]:
+    """Step 1: ``out.evictions`` (grace deadline passed) and ``out.called_off``; returns the leaving jobs."""
+    if snapshot.promises is not None:
+        _call_off(snapshot, out)
+    leaving = [job for job in snapshot.running if job.preempt_deadline is not None]
+    out.evictions = [job.id for job in leaving if job.preempt_deadline <= now]  # type: ignore[operator]
+    return leaving
+
+
+def free_state(snapshot: Snapshot, evictions: list[int], leaving: list[JobState], now: float) -> ClusterState:
+    """Step 2, the cards: the free state of this tick, with the running jobs (but the evicted) on it."""
+    state = ClusterState(snapshot, snapshot.policy.placement_strategy, now)
+    state.occupy(snapshot.running, set(evictions), reuse=snapshot.inventory_key is not None, leaving=leaving)
+    return state
+
+
 class Tick:
-    """One run of the pipeline; holds the tick's mutable state."""
+    """One run of the pipeline over a tick's state (the steps of the module docstring).
+
+    Steps 1-2 in the constructor (:func:`evict`, :func:`free_state`, the ledgers,
+    reservations and promises), step 3 :meth:`order`, step 4 :meth:`run` per job:
+    4a :func:`quota.admit`, 4b :meth:`_admit_slow` (no chip model fits the shape),
+    then :meth:`place`: 4c :meth:`_within_reservations`, 4d :meth:`_behind_blocked`,
+    4e :meth:`_place_on_free`, 4f :meth:`_preempt_for`, 4g :meth:`blocked_job`.
+    Steps 0 and 5 are :func:`eligible` and :func:`feasibility.mark_never_runnable`,
+    around it in :func:`decide`.
+    """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.policy = policy = snapshot.policy
         self.now = now = snapshot.now.timestamp()
         self.out = out = Decisions()
-        running = snapshot.running
-        if snapshot.promises is not None:
-            _call_off(snapshot, out)
-        leaving = [job for job in running if job.preempt_deadline is not None]
-        out.evictions = [job.id for job in leaving if job.preempt_deadline <= now]  # type: ignore[operator]
-        self.state = state = ClusterState(snapshot, policy.placement_strategy, now)
-        state.occupy(running, set(out.evictions), reuse=snapshot.inventory_key is not None, leaving=leaving)
+        leaving = evict(snapshot, out, now)  # step 1
+        self.state = state = free_state(snapshot, out.evictions, leaving, now)  # step 2, then the ledgers
         self.ledgers: dict[str, TeamLedger] = {}
         #: ``now`` on the policy's wall clock (weekday, minute): what quotas in force depend on.
         self._clock: tuple[int, int] | None = None
@@ -764,7 +784,7 @@ class Tick:
             self._preemptor.forget()
 
     def _admit_slow(self, job: JobState, group: _Group) -> None:
-        """No chip model fits the shape: the team's limits first, then the shape's reason."""
+        """Steps 4a-4b when no chip model fits the shape: the team's limits first, then the shape's reason."""
         need = group.need
         reason, detail, _ = admit(group.ledger, job, need, memo=False)
         if reason is None:
@@ -807,73 +827,108 @@ class Tick:
     ) -> tuple[str, str, float | None] | None:
         """Steps 4c-4g; ``None`` when the job started or got room by preemption, else its wait.
 
-        Sets ``self.free_memo.stable`` when the wait cannot change for the rest of the tick
-        while no hold is added, ``free_memo.find_fail`` is not cleared and no reservation
-        starts to hold back devices the job could use: every chip was within the
-        reservations or short of free devices anyway, placement
-        failed on every open chip (free cards only shrink), the held cards were not
-        tried, no victim search could run (the search budget only shrinks, a team
-        only leaves its guarantee) and every open chip already has a blocked job.
-        Starts elsewhere do not change such a wait, so the memo keeps it across them.
+        Each step that could make the wait change later in the tick clears
+        ``free_memo.stable`` (when a wait is stable: :mod:`tick_memo`).
         """
         self.free_memo.stable = True
+        headroom: dict[str, float] = {}  # chips a reservation keeps the job from (their headroom)
+        held_back = ""
+        if self.reservations.held:  # 4c
+            chips, held_back = self._within_reservations(job, need, chips, headroom)
+            if not chips:
+                return reasons.RESERVED_CAPACITY, held_back, None
+        open_chips = chips
+        if self.blocked:  # 4d (backfill off)
+            open_chips = [c for c in chips if c not in self.blocked or ledger.within_guarantee(c, need.units[c])]
+            if not open_chips:
+                return self._behind_blocked(job, need, ledger, chips, headroom, promise)
+        if self._place_on_free(job, need, ledger, open_chips, headroom):  # 4e
+            return None
+        # 4f (a job whose promised cards are on their way just waits for them)
+        if promise is not None and (due := self._promise_due(promise)) is not None:
+            return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
+        if self._preempt_for(job, need, chips, headroom):
+            return None
+        # 4g
+        if held_back and all(c in headroom for c in chips):
+            return reasons.RESERVED_CAPACITY, held_back, None
+        return self.blocked_job(job, need, open_chips)
+
+    def _within_reservations(
+        self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]
+    ) -> tuple[list[str], str]:
+        """Step 4c: the chips where the job stays within the reservations, and what holds it back elsewhere.
+
+        Fills ``headroom`` with the chips it may only reach by preemption (their headroom);
+        an empty list means it waits with ``ReservedCapacity`` (the text returned).
+        """
         state = self.state
         units = need.units
-        # 4c reservations
-        headroom: dict[str, float] = {}
-        held_back = ""
         reservations = self.reservations
-        if reservations.held:
-            cls = job.priority_class
-            fit_chips = []
-            for chip in chips:
-                if reservations.surely_fits(cls, chip, units[chip]):
-                    fit_chips.append(chip)
-                    continue
-                room = reservations.headroom(cls, chip)
-                if units[chip] <= room + EPS:
-                    fit_chips.append(chip)
-                    continue
-                headroom[chip] = room
-                if state.chips[chip].free_units + EPS >= units[chip]:
-                    held_back = reservations.describe(cls, chip)
-                    self.free_memo.stable = False  # fewer free devices later may turn this into a plain wait
-                elif units[chip] > reservations.ceiling(cls, chip) + EPS:
-                    # More than the reservations ever leave it: no card coming free, no victim
-                    # helps, and a hold would keep cards from jobs that can run (step 5 says
-                    # "never" when the whole inventory would not do either).
-                    held_back = reservations.describe(cls, chip)
-                else:  # short of devices anyway: preemption may still make room
-                    # Both the headroom and the free devices only shrink (until the free state
-                    # grows, which bumps the epoch): this chip stays out of reach for the tick.
-                    fit_chips.append(chip)
-            if not fit_chips:
-                return reasons.RESERVED_CAPACITY, held_back, None
-            chips = fit_chips
-        # 4d queue position (backfill off)
-        open_chips = chips
-        blocked = self.blocked
-        if blocked:
-            open_chips = [c for c in chips if c not in blocked or ledger.within_guarantee(c, units[c])]
-            if not open_chips:
-                if promise is not None and (due := self._promise_due(promise)) is not None:
-                    # Its own cards are free: they were freed for it and held from every other
-                    # job, the one in front included, so it takes them (else its victims would
-                    # have stopped for nothing, and the cards would idle until the promise lapses).
-                    placement = self._promised_cards(need, promise) if due <= self.now else None
-                    if placement is not None and placement.chip in chips:
-                        self.start(job, ledger, need, placement, backfilled=False)
-                        return None
-                    return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
-                if self.may_preempt(job, need, chips):
-                    self.free_memo.stable = False
-                    if self.try_preempt(job, need, chips, headroom):
-                        return None
-                return reasons.PRIORITY, _PRIORITY_TEXT, None
-        # 4e placement
+        held_back = ""
+        cls = job.priority_class
+        fit_chips = []
+        for chip in chips:
+            if reservations.surely_fits(cls, chip, units[chip]):
+                fit_chips.append(chip)
+                continue
+            room = reservations.headroom(cls, chip)
+            if units[chip] <= room + EPS:
+                fit_chips.append(chip)
+                continue
+            headroom[chip] = room
+            if state.chips[chip].free_units + EPS >= units[chip]:
+                held_back = reservations.describe(cls, chip)
+                self.free_memo.stable = False  # fewer free devices later may turn this into a plain wait
+            elif units[chip] > reservations.ceiling(cls, chip) + EPS:
+                # More than the reservations ever leave it: no card coming free, no victim
+                # helps, and a hold would keep cards from jobs that can run (step 5 says
+                # "never" when the whole inventory would not do either).
+                held_back = reservations.describe(cls, chip)
+            else:  # short of devices anyway: preemption may still make room
+                # Both the headroom and the free devices only shrink (until the free state
+                # grows, which bumps the epoch): this chip stays out of reach for the tick.
+                fit_chips.append(chip)
+        return fit_chips, held_back
+
+    def _behind_blocked(
+        self,
+        job: JobState,
+        need: Need,
+        ledger: TeamLedger,
+        chips: list[str],
+        headroom: dict[str, float],
+        promise: Promise | None,
+    ) -> tuple[str, str, float | None] | None:
+        """Step 4d: every chip the job may use has a blocked job in front (backfill off).
+
+        It waits with ``Priority``, unless its promised cards are free or on their way,
+        or it may preempt and finds room.
+        """
+        if promise is not None and (due := self._promise_due(promise)) is not None:
+            # Its own cards are free: they were freed for it and held from every other
+            # job, the one in front included, so it takes them (else its victims would
+            # have stopped for nothing, and the cards would idle until the promise lapses).
+            placement = self._promised_cards(need, promise) if due <= self.now else None
+            if placement is not None and placement.chip in chips:
+                self.start(job, ledger, need, placement, backfilled=False)
+                return None
+            return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
+        if self.may_preempt(job, need, chips):
+            self.free_memo.stable = False
+            if self.try_preempt(job, need, chips, headroom):
+                return None
+        return reasons.PRIORITY, _PRIORITY_TEXT, None
+
+    def _place_on_free(
+        self, job: JobState, need: Need, ledger: TeamLedger, chips: list[str], headroom: dict[str, float]
+    ) -> bool:
+        """Step 4e: start the job on free cards (or held ones it ends in time for); True if it started."""
+        state = self.state
+        units = need.units
         holds = self.holds
         find_fail = self.free_memo.find_fail
-        for chip in open_chips:
+        for chip in chips:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
             if (need, chip) in find_fail:
@@ -896,19 +951,17 @@ class Tick:
                     placement = self.find_with_hold(need, chip, usable)
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=held is not None)
-                return None
-        # 4f preemption (a job whose promised cards are on their way just waits for them)
-        if promise is not None and (due := self._promise_due(promise)) is not None:
-            return reasons.PREEMPTION_GRACE, _LEAVING_TEXT, due
+                return True
+        return False
+
+    def _preempt_for(self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]) -> bool:
+        """Step 4f: a victim search within the tick's budget; True if it made room (the job waits for it)."""
         preemptor = self._preemptor
         if (preemptor is None or preemptor.searches < MAX_SEARCHES_PER_TICK) and self.may_preempt(job, need, chips):
             self.free_memo.stable = False
             if self.try_preempt(job, need, chips, headroom):
-                return None
-        # 4g blocked
-        if held_back and all(c in headroom for c in chips):
-            return reasons.RESERVED_CAPACITY, held_back, None
-        return self.blocked_job(job, need, open_chips)
+                return True
+        return False
 
     def find_with_hold(self, need: Need, chip: str, usable: list[Hold]) -> Placement | None:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow times)."""
@@ -929,26 +982,12 @@ class Tick:
                     bucket[pool] = None
                     chip_state.dirty.add(pool.key)
             return None
-        for hold in usable:
-            for pool, mask in hold.free_now:
-                state.release_whole(pool, mask)
-            for pool, i in hold.sliced_now:
-                state.show_slices(pool, i)
-        placement = find(state, need, chip)
-        for hold in usable:
-            for pool, i in hold.sliced_now:
-                state.hide_slices(pool, i)
-        taken: dict[Pool, int] = {}
-        if placement is not None:
-            for pool, i in placement.cards:
-                taken[pool] = taken.get(pool, 0) | (1 << i)
-        for hold in usable:
-            kept = []
-            for pool, mask in hold.free_now:
-                rest = mask & ~taken.get(pool, 0) & pool.free
-                if rest:
-                    state.take_whole(pool, rest)
-                    kept.append((pool, rest))
+        # The holds' cards are lent to this one placement; what it does not start on is held again.
+        with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable]) as lent:
+            placement = find(state, need, chip)
+            if placement is not None:
+                lent.give(placement.cards)
+        for hold, kept in zip(usable, lent.kept, strict=True):
             hold.free_now = kept
         if placement is None:
             self.free_memo.hold_fail.add(key)

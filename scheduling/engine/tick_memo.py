@@ -5,7 +5,7 @@ without it, only slower (the differential and fast-path tests hold it to that).
 
 **Lifetime: one tick.** A :class:`TickMemo` is made by ``decide.Tick`` and
 dropped with it; nothing here is carried to the next tick (what is, the free
-state's layout and running totals, lives in :mod:`capacity`). Within the tick
+state's layout and running totals, lives in :mod:`layout`). Within the tick
 each remembered answer rests on one fact about the free state, and is dropped
 when that fact stops holding:
 
@@ -17,6 +17,15 @@ when that fact stops holding:
 * ``epoch`` — bumped when a hold is added or the failed placements are
   forgotten: a *stable* wait (one that tried no held cards and no victims,
   ``stable``) holds across starts while the epoch stands.
+
+A wait is *stable* (``Tick.place`` leaves ``stable`` set) when it cannot change
+for the rest of the tick while no hold is added, ``find_fail`` is not cleared
+and no reservation starts to hold back devices the job could use: every chip
+was within the reservations or short of free devices anyway, placement failed
+on every open chip (free cards only shrink), the held cards were not tried, no
+victim search could run (the search budget only shrinks, a team only leaves
+its guarantee) and every open chip already has a blocked job. Starts elsewhere
+do not change such a wait, so the memo keeps it across them.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ DECISION_MODULES = (
     "decide",
     "explain",
     "fairshare",
+    "layout",
     "feasibility",
     "placement",
     "preemption",
