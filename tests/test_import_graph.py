@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("scheduling", "devices", "quotas", "npuportal", "npuctl")
 
+
 def modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
