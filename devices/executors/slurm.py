@@ -135,6 +135,7 @@ class QueuedJob:
     comment: str
     nodes: str
     user: str
+    started: datetime | None = None
 
     @property
     def portal_run(self) -> tuple[int, int] | None:
@@ -145,15 +146,15 @@ class QueuedJob:
 
 def squeue(*, every_state: bool = False) -> dict[str, QueuedJob]:
     """Slurm's jobs by id: those not over, or with ``every_state`` those the controller still remembers."""
-    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%k"]
+    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%S|%k"]
     if every_state:
         argv += ["-t", "all"]
     found: dict[str, QueuedJob] = {}
     for line in run(argv).splitlines():
-        parts = line.split("|", 4)
-        if len(parts) == 5:
-            slurm_id, state, user, nodes, comment = (p.strip() for p in parts)
-            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user)
+        parts = line.split("|", 5)
+        if len(parts) == 6:
+            slurm_id, state, user, nodes, started, comment = (p.strip() for p in parts)
+            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started))
     return found
 
 
@@ -299,16 +300,50 @@ def node_layouts() -> dict[str, SlurmNodeLayout]:
     return found
 
 
-def scancel(slurm_ids: Sequence[str], *, grace_s: float) -> None:
-    """SIGTERM every process of these jobs, then cancel what is still there after ``grace_s``."""
-    if not slurm_ids:
-        return
+#: A job Slurm has run for less than this may not have its processes yet: Slurm shows it ``RUNNING``
+#: while its node still sets up the batch step (loading the account's environment for ``--uid``),
+#: and a signal sent then is lost. Such a job is sent SIGTERM again each second until it is this old.
+YOUNG_S = 5.0
+
+
+def _signal_term(slurm_ids: Sequence[str]) -> None:
     try:
         run(["scancel", "--full", "--signal=TERM", *slurm_ids])
     except SlurmError as exc:
         log.info("scancel --signal=TERM %s: %s", ",".join(slurm_ids), exc)
-    deadline = time.monotonic() + grace_s
-    left = list(slurm_ids)
+
+
+def _cancel(slurm_ids: Sequence[str]) -> None:
+    try:
+        run(["scancel", *slurm_ids])
+    except SlurmError as exc:
+        log.warning("scancel %s: %s", ",".join(slurm_ids), exc)
+
+
+def scancel(slurm_ids: Sequence[str], *, grace_s: float) -> None:
+    """SIGTERM every process of these jobs, then cancel what is still there after ``grace_s``.
+
+    A job still pending in Slurm has no process to signal: it is cancelled at once. A job that
+    has only just started is sent SIGTERM again until it is :data:`YOUNG_S` old (see there).
+    """
+    if not slurm_ids:
+        return
+    try:
+        active: dict[str, QueuedJob] | None = squeue()
+    except SlurmError:
+        active = None
+    if active is not None:
+        pending = [s for s in slurm_ids if s in active and active[s].state == "PENDING"]
+        if pending:
+            _cancel(pending)
+        left = [s for s in slurm_ids if s in active and s not in pending]
+    else:
+        left = list(slurm_ids)
+    if not left:
+        return
+    _signal_term(left)
+    signalled = time.monotonic()
+    deadline = signalled + grace_s
     while left and time.monotonic() < deadline:
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
         try:
@@ -316,11 +351,15 @@ def scancel(slurm_ids: Sequence[str], *, grace_s: float) -> None:
         except SlurmError:
             break
         left = [s for s in left if s in active]
+        now = timezone.now()
+        young = [
+            s for s in left if active[s].started is not None and (now - active[s].started).total_seconds() < YOUNG_S
+        ]
+        if young and time.monotonic() - signalled >= 1.0:
+            _signal_term(young)
+            signalled = time.monotonic()
     if left:
-        try:
-            run(["scancel", *left])
-        except SlurmError as exc:
-            log.warning("scancel %s: %s", ",".join(left), exc)
+        _cancel(left)
 
 
 # --------------------------------------------------------------------------------------------------
