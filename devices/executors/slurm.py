@@ -66,6 +66,8 @@ COMMENT_RE = re.compile(r"npuportal:([0-9]+):([0-9]+)")
 ACTIVE_STATES = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STOPPED"}
 )
+#: The state given a job Slurm neither lists, accounts for nor remembers (gone past ``MinJobAge`` without accounting).
+LOST = "LOST"
 #: Ends the system caused, not the job: requeued in its place without costing a retry (as an agent's shutdown).
 SYSTEM_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD"})
 #: The bash lines that find the cards Slurm gave a job that asked for a count (``npu:2``): Slurm
@@ -225,7 +227,9 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
             continue
         try:
             fields = _fields(run(["scontrol", "show", "job", "-o", slurm_id]))
-        except SlurmError:
+        except SlurmError as exc:
+            if "invalid job id" in str(exc).lower() and slurm_id not in found:
+                found[slurm_id] = EndedJob(slurm_id, LOST, 0, 0, "", None)  # neither accounted for nor remembered
             continue
         code, sig = parse_exit(fields.get("ExitCode", ""))
         state = fields.get("JobState", "")
@@ -550,6 +554,37 @@ def _record_failure(job_id: int, attempt: int, text: str, *, for_good: bool) -> 
             )
 
 
+def _launch_one(job_id: int, layouts: dict[str, SlurmNodeLayout]) -> tuple[bool, tuple[int, str, bool] | None]:
+    """Submit the current run of one running job, holding its row the while.
+
+    The lock makes the comment check and the ``sbatch`` one step: a launch retried by another
+    worker (the tick's task and an observation's relaunch) waits, then finds the run by its comment.
+    Returns ``(taken, failure)``, ``failure`` being ``(attempt, words, for good)`` to record after the commit.
+    """
+    from devices.executors.agents import current_attempts
+
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update(of=("self",))
+            .select_related("team", "submitter__profile")
+            .filter(pk=job_id, state=Job.State.RUNNING)
+            .first()
+        )
+        if job is None:
+            return False, None
+        attempt = current_attempts([job_id])[job_id]
+        allocs = list(job.allocations.filter(end__isnull=True).select_related("device__node").order_by("device__index"))
+        try:
+            sub = _submission(job, attempt, allocs, layouts)
+            slurm_id = _submit(sub)
+        except LaunchRefused as exc:
+            return False, (attempt, str(exc), True)
+        except (SlurmError, OSError) as exc:
+            return False, (attempt, str(exc), False)
+        Job.objects.filter(pk=job_id).update(agent_job_id=slurm_id, launched=True, ran_as=sub.account)
+    return True, None
+
+
 class SlurmExecutor:
     """Jobs run by a Slurm cluster (``NPUPORTAL_EXECUTOR=slurm``; see the module docstring)."""
 
@@ -566,46 +601,21 @@ class SlurmExecutor:
         results: dict[int, bool] = {}
         layouts: dict[str, SlurmNodeLayout] | None = None
         for job_id in job_ids:
-            job = (
-                Job.objects.select_related("team", "submitter__profile")
-                .filter(pk=job_id, state=Job.State.RUNNING)
-                .first()
-            )
-            if job is None:
-                results[job_id] = False
-                continue
-            attempt = current_attempts([job_id])[job_id]
-            allocs = list(
-                job.allocations.filter(end__isnull=True).select_related("device__node").order_by("device__index")
-            )
-            try:
-                layouts = layouts if layouts is not None else node_layouts()
-                sub = _submission(job, attempt, allocs, layouts)
-                slurm_id = _submit(sub)
-            except LaunchRefused as exc:
-                _record_failure(job_id, attempt, str(exc), for_good=True)
-                results[job_id] = False
-                continue
-            except (SlurmError, OSError) as exc:
-                log.warning("launch of job %s on Slurm failed: %s", job_id, exc)
-                _record_failure(job_id, attempt, str(exc), for_good=False)
-                results[job_id] = False
-                continue
-            results[job_id] = self._record_launch(job_id, attempt, slurm_id, sub.account)
+            taken = False
+            failure: tuple[int, str, bool] | None = None
+            if layouts is None:
+                try:
+                    layouts = node_layouts()  # once per batch of launches
+                except SlurmError as exc:
+                    failure = (current_attempts([job_id])[job_id], str(exc), False)
+            if layouts is not None:
+                taken, failure = _launch_one(job_id, layouts)
+            results[job_id] = taken
+            if failure is not None:  # after the job's lock: a transition takes the cluster's lock first
+                attempt, text, for_good = failure
+                log.warning("launch of job %s on Slurm failed: %s", job_id, text)
+                _record_failure(job_id, attempt, text, for_good=for_good)
         return results
-
-    def _record_launch(self, job_id: int, attempt: int, slurm_id: str, account: str) -> bool:
-        """Keep Slurm's id on the job; a job no longer running by now (cancelled meanwhile) is cancelled in Slurm."""
-        from devices.executors.agents import current_attempts
-
-        with transaction.atomic():
-            job = Job.objects.select_for_update().filter(pk=job_id).first()
-            current = job is not None and job.state == Job.State.RUNNING
-            if current and current_attempts([job_id])[job_id] == attempt:
-                Job.objects.filter(pk=job_id).update(agent_job_id=slurm_id, launched=True, ran_as=account)
-                return True
-        scancel([slurm_id], grace_s=EVICT_GRACE_S)
-        return False
 
     # -- stop ---------------------------------------------------------------------------------------
     def stop(self, job_id: int, *, grace_s: float, cause: str) -> None:
@@ -652,6 +662,8 @@ class SlurmExecutor:
                 self._record_end(pk, sid, ends[sid], summary)
             else:
                 summary.errors[str(pk)] = f"Slurm job {sid} is neither queued nor accounted for"
+        # After the ends above: a run whose job was just requeued or ended is no longer the job's.
+        attempts = current_attempts(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", flat=True))
         stale = [
             q.slurm_id
             for q in active.values()
@@ -687,6 +699,14 @@ class SlurmExecutor:
         where = ended.nodes or "its node"
         with transaction.atomic():
             lock_cluster()
+            if state == LOST:
+                transitions.requeue(
+                    job_id,
+                    reason="LostOnAgent",
+                    detail=f"Slurm no longer knows job {slurm_id}: neither queued, accounted for nor remembered",
+                )
+                summary.requeued.append(job_id)
+                return
             if state in SYSTEM_ENDS:
                 transitions.requeue(
                     job_id,

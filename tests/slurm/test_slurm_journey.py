@@ -7,6 +7,7 @@ right after the commit. Each check reads Slurm itself (``squeue``, ``scontrol sh
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -70,6 +71,8 @@ def test_runs_on_the_decided_cards_and_fails_with_its_exit_code(slurm_site, subm
 
     node = node_of(job)
     assert ours[0].nodes == node
+    if os.geteuid() == 0:
+        assert ours[0].user == _reload(job).ran_as == "nobody", "run as the submitter's POSIX account"
     decided = sorted(d.index for d in open_devices(job))
     assert cards_given(slurm_id) == {node: decided}, "Slurm runs it on exactly the cards the portal chose"
 
@@ -118,3 +121,15 @@ def test_a_cancelled_job_is_cancelled_and_gone_from_squeue(slurm_site, submit_sl
     summary = get_executor().observe()
     assert _reload(job).state == Job.State.CANCELLED
     assert summary.stale_stopped == []
+
+
+def test_a_run_slurm_no_longer_knows_is_requeued_and_a_stale_run_cancelled(slurm_site, submit_slurm) -> None:
+    job = _started(submit_slurm("sleep 300"))
+    real = job.agent_job_id
+    Job.objects.filter(pk=job.pk).update(agent_job_id="987654")  # as if Slurm had forgotten the run
+    summary = get_executor().observe()
+    job = _reload(job)
+    assert job.pk in summary.requeued
+    assert (job.state, job.pending_reason) == (Job.State.PENDING, "LostOnAgent")
+    assert real in summary.stale_stopped, "the run Slurm still has is no longer the job's: cancelled"
+    wait_for(lambda: real not in squeue(), message=f"Slurm job {real} to be gone")
