@@ -776,7 +776,11 @@ def record_cards(job_id: int, given: dict[str, list[int]]) -> None:
                     sorted(held),
                 )
                 continue
-            for alloc, index in zip(sorted(mine, key=lambda a: a.device.index), indexes, strict=True):
+            # Only the allocations on cards Slurm did not give move, to the cards given that none holds:
+            # one open allocation per card, so a move never lands on a card this job still holds.
+            kept = {a.device.index for a in mine if a.device.index in indexes}
+            moving = [a for a in mine if a.device.index not in kept]
+            for alloc, index in zip(moving, [i for i in indexes if i not in kept], strict=True):
                 Allocation.objects.filter(pk=alloc.pk).update(device=devices[index])
 
 

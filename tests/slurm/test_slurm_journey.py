@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from devices.executors import get_executor
-from devices.executors.slurm import cards_given, squeue
+from devices.executors.slurm import cards_given, record_cards, squeue
 from devices.models import Node
 from scheduling.models import Job
 from scheduling.services.jobs import cancel_job
@@ -90,10 +90,19 @@ def test_runs_on_the_decided_cards_and_fails_with_its_exit_code(slurm_site, subm
 def test_a_count_node_gets_its_cards_read_back_and_told_to_the_job(slurm_site, submit_slurm, api) -> None:
     Node.objects.exclude(name=COUNT_NODE).update(state=Node.State.CORDONED)
     first = _started(submit_slurm("sleep 30", devices=2, name="first"))
+    assert node_of(first) == COUNT_NODE
+    get_executor().observe()  # reads back the cards Slurm gave
+    slurm_first = cards_given(first.agent_job_id)[COUNT_NODE]
+    assert sorted(d.index for d in open_devices(first)) == slurm_first
+    # The portal's record of the first job says 6 and 7 now, so its choice for the next job and
+    # Slurm's (the lowest free cards) differ, and the record must follow Slurm's.
+    record_cards(first.pk, {COUNT_NODE: [6, 7]})
+    assert sorted(d.index for d in open_devices(first)) == [6, 7]
     job = _started(submit_slurm('echo "cards=$ASCEND_RT_VISIBLE_DEVICES"; sleep 2', devices=3, name="second"))
     assert node_of(job) == COUNT_NODE
-    get_executor().observe()  # reads back the cards Slurm gave
+    get_executor().observe()
     given = cards_given(job.agent_job_id)[COUNT_NODE]
+    assert not set(given) & set(slurm_first)
     assert sorted(d.index for d in open_devices(_reload(job))) == given, "the portal records the cards Slurm gave"
     job = _observe_until(job, {Job.State.COMPLETED})
     assert _log(api, job)["data"] == f"cards={','.join(map(str, given))}\n"
