@@ -388,8 +388,8 @@ def account_of(job: Job) -> pwd.struct_passwd:
         entry = pwd.getpwnam(name)
     except KeyError:
         raise LaunchRefused(f"no POSIX account {name!r} here to run the job as (sbatch --uid)") from None
-    if entry.pw_uid == 0 and not getattr(settings, "NPUPORTAL_SLURM_ALLOW_ROOT_JOBS", False):
-        raise LaunchRefused(f"account {name!r} is root; jobs never run as root (NPUPORTAL_SLURM_ALLOW_ROOT_JOBS)")
+    if entry.pw_uid == 0:
+        raise LaunchRefused(f"account {name!r} is root; jobs never run as root through Slurm")
     return entry
 
 
