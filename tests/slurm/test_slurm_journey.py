@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from devices.executors import get_executor
-from devices.executors.slurm import cards_given, record_cards, squeue
+from devices.executors.slurm import cards_given, record_cards, run, squeue
 from devices.models import Node
 from scheduling.models import Job
 from scheduling.services.jobs import cancel_job
@@ -111,6 +111,7 @@ def test_a_count_node_gets_its_cards_read_back_and_told_to_the_job(slurm_site, s
 
 def test_a_job_past_its_time_times_out_and_leaves_slurm(slurm_site, submit_slurm) -> None:
     job = _started(submit_slurm("sleep 300", max_duration_s=2))
+    assert "TimeLimit=00:01:00" in run(["scontrol", "show", "job", job.agent_job_id]), "Slurm counts minutes"
     job = wait_for(
         lambda: (enforce_walltime(), _reload(job))[1],
         until=lambda j: j.state == Job.State.TIMEOUT,
@@ -142,3 +143,18 @@ def test_a_run_slurm_no_longer_knows_is_requeued_and_a_stale_run_cancelled(slurm
     assert (job.state, job.pending_reason) == (Job.State.PENDING, "LostOnAgent")
     assert real in summary.stale_stopped, "the run Slurm still has is no longer the job's: cancelled"
     wait_for(lambda: real not in squeue(), message=f"Slurm job {real} to be gone")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a worker running as root runs jobs as their submitters")
+def test_a_submitter_without_a_posix_account_here_fails_with_the_reason(slurm_site, submit_slurm) -> None:
+    from quotas.models import UserProfile
+
+    UserProfile.objects.filter(user__username="lead-training").update(posix_user="no-such-account")
+    job = submit_slurm("true")
+    tick()
+    job = _reload(job)
+    assert job.state == Job.State.FAILED
+    event = job.events.last()
+    assert event.reason == "LaunchFailed"
+    assert "no POSIX account 'no-such-account'" in event.detail
+    assert not [q for q in squeue(every_state=True).values() if q.portal_run == (job.pk, 1)]
