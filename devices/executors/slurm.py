@@ -451,16 +451,14 @@ class LaunchRefused(ValueError):
     """A launch no retry can change (a multi-node job, an account that does not exist): the job fails."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Submission:
-    job_id: int
-    attempt: int
+    """One run's ``sbatch``: its comment (the run's name in Slurm), arguments, script and account."""
+
     comment: str
     argv: list[str]
     script: str
     account: str
-    node: str
-    count_request: bool
 
 
 def _comment(job_id: int, attempt: int) -> str:
@@ -511,9 +509,7 @@ def _submission(
     run_id = f"{job.pk}.{attempt}"
     env = job_env(job, run_id, account, cards if layout.per_card else None)
     script = batch_script(job, env, count_cards=not layout.per_card)
-    return Submission(
-        job.pk, attempt, _comment(job.pk, attempt), argv, script, account.pw_name, node, not layout.per_card
-    )
+    return Submission(_comment(job.pk, attempt), argv, script, account.pw_name)
 
 
 def _make_output_dir(path: Path) -> None:
