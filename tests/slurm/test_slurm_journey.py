@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from devices.executors import get_executor
-from devices.executors.slurm import cards_given, record_cards, run, squeue
+from devices.executors import Observation, get_executor
+from devices.executors.slurm import EndedJob, cards_given, record_cards, run, squeue
 from devices.models import Node
 from scheduling.models import Job
 from scheduling.services.jobs import cancel_job
@@ -158,3 +158,16 @@ def test_a_submitter_without_a_posix_account_here_fails_with_the_reason(slurm_si
     assert event.reason == "LaunchFailed"
     assert "no POSIX account 'no-such-account'" in event.detail
     assert not [q for q in squeue(every_state=True).values() if q.portal_run == (job.pk, 1)]
+
+
+def test_a_node_failure_requeues_the_job_in_its_place_without_costing_a_retry(slurm_site, submit_slurm) -> None:
+    job = _started(submit_slurm("sleep 300"))
+    # What sacct says of a run whose node died (a slurmd killed takes SlurmdTimeout to be noticed).
+    failed = EndedJob(job.agent_job_id, "NODE_FAIL", 0, 0, node_of(job), None)
+    summary = Observation()
+    get_executor()._record_end(job.pk, job.agent_job_id, failed, summary)  # type: ignore[attr-defined]
+    job = _reload(job)
+    assert summary.requeued == [job.pk]
+    assert (job.state, job.pending_reason, job.retries) == (Job.State.PENDING, "NodeFail", 0)
+    assert "the system ended it, not the job" in job.events.last().detail
+    assert job.agent_job_id in get_executor().observe().stale_stopped
