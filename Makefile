@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test calendar setup engine migrate lint format browser clean schema
+.PHONY: run test calendar setup engine migrate lint format browser slurm clean schema
 
 # `make run` does not wait for the engine's compiler: without a build of these sources it serves on the
 # plain-Python core (which decides the same) while the build runs in the background, niced, logging to
@@ -18,7 +18,7 @@ run: $(STAMP) ## set up, seed the demo once, start web + worker + beat + agents 
 	echo "$(PY) manage.py collectstatic --noinput -v0"; $(PY) manage.py collectstatic --noinput -v0; \
 	NPUPORTAL_ENGINE=$$engine $(PY) -m npuportal.supervisor $(RUN_ARGS)
 
-test: setup browser ## set up and run the whole suite
+test: setup browser slurm ## set up and run the whole suite
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(PY) manage.py makemigrations --check --dry-run
@@ -81,6 +81,17 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpango-1.0-0 libpangoft2-1.0-0 >/dev/null) \
 	      || echo "could not install pango: PDF statement tests will be skipped"; \
 	  fi; \
+	fi
+
+# The Slurm executor's tests bring up a real single-host Slurm (devices/slurm/cluster.py); install it when we may.
+SLURM_PACKAGES = slurm-wlm slurmctld slurmd slurmdbd munge slurm-client
+slurm:
+	@if ! $(PY) -c "from devices.slurm.cluster import missing_commands as m; raise SystemExit(bool(m()))"; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Slurm for the Slurm executor's tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null) \
+	      || echo "could not install Slurm: the Slurm tests (tests/slurm) will be skipped"; \
+	  else echo "no Slurm here: the Slurm tests (tests/slurm) will be skipped (apt-get install $(SLURM_PACKAGES))"; fi; \
 	fi
 
 # The OpenAPI schema is generated, never hand-written; tests/test_api_schema.py fails when it is stale.

@@ -353,8 +353,14 @@ HEALTH_REJOIN_POLLS = _env_number("NPUPORTAL_HEALTH_REJOIN_POLLS", 3, whole=True
 #: (``scheduling.engine.estimate``; highest priority first, like Slurm's ``bf_max_job_test``). 0: none.
 ESTIMATE_MAX_JOBS = _env_number("NPUPORTAL_ESTIMATE_MAX_JOBS", 2000, whole=True)
 
-# What runs the jobs (devices.executors): "agents", the portal's node agents.
+# What runs the jobs (devices.executors): "agents", the portal's node agents, or "slurm", a Slurm cluster.
 NPUPORTAL_EXECUTOR = os.environ.get("NPUPORTAL_EXECUTOR", "agents").strip() or "agents"
+#: The Slurm cluster's slurm.conf for NPUPORTAL_EXECUTOR=slurm (default: the process's own SLURM_CONF).
+NPUPORTAL_SLURM_CONF = os.environ.get("NPUPORTAL_SLURM_CONF", "")
+#: Where a Slurm run's output goes when its job names no output file (shared storage on several hosts).
+NPUPORTAL_SLURM_OUTPUT_DIR = os.environ.get("NPUPORTAL_SLURM_OUTPUT_DIR", "")
+#: The partition npuportal's jobs are submitted to (default: Slurm's default partition).
+NPUPORTAL_SLURM_PARTITION = os.environ.get("NPUPORTAL_SLURM_PARTITION", "")
 #: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
 ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.

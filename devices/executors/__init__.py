@@ -19,6 +19,7 @@ __all__ = ["CANCEL_GRACE_S", "EVICT_GRACE_S", "EXECUTORS", "Executor", "Observat
 #: ``NPUPORTAL_EXECUTOR`` value → the executor's class.
 EXECUTORS = {
     "agents": "devices.executors.agents.AgentExecutor",
+    "slurm": "devices.executors.slurm.SlurmExecutor",
 }
 
 

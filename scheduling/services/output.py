@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devices.agent.jobs import log_lines
+from devices.executors import get_executor
 from devices.models import Node
 from devices.services.agent_client import AgentClient, AgentError
 from scheduling.launch_spec import output_file as output_file  # where it lived before
@@ -180,6 +181,10 @@ def _chunks(client: AgentClient | None, rid: str, node: str, saved: JobOutput | 
 
 
 def _agent(name: str) -> AgentClient | None:
+    """What serves the output of runs on node ``name``: its agent, or the executor's own reader (Slurm's files)."""
+    reader = getattr(get_executor(), "output_reader", None)
+    if reader is not None:
+        return reader(name)  # the agent client's ``log``, read from the run's file
     node = Node.objects.filter(name=name).exclude(agent_url="").first()
     return AgentClient(node) if node is not None else None
 

@@ -1,0 +1,802 @@
+"""A Slurm cluster as an executor: the portal decides who runs where and when, Slurm runs it.
+
+``NPUPORTAL_EXECUTOR=slurm``. Everything goes through Slurm's command-line tools on ``PATH``
+(``sbatch``, ``squeue``, ``sacct``, ``scontrol``, ``scancel``), with the cluster's ``SLURM_CONF``
+(``settings.NPUPORTAL_SLURM_CONF``, else the process's own): they are the dependable interface of
+Debian's Slurm 22.05 (its slurmrestd has no JWT plugin; ``sacct --json`` reports wrong exit codes).
+Every call has a timeout and none goes through a shell.
+
+- **launch**: each start the tick decided is one ``sbatch`` of a batch script (``#!/bin/bash``,
+  the job's environment as ``export`` lines, then its command) with ``--comment=npuportal:<job
+  id>:<attempt>``. Before submitting, ``squeue`` is asked for that comment, so a launch retried
+  after a lost answer (or a worker killed mid-submission) never submits twice. The node is pinned
+  (``-w``); where the node declares each card as its own GRES type (``npu:c0:1,…``) the exact cards
+  the portal chose are asked for (``--gres=npu:c3:1,npu:c5:1``), otherwise a count
+  (``--gres=npu:2``), and the cards Slurm gave (``scontrol show job -d``, ``IDX``) are read back and
+  recorded on the job's allocations. Slurm's job id is kept in ``Job.agent_job_id``.
+- **stop**: ``scancel --full --signal=TERM``, then ``scancel`` after the grace.
+- **observe**: ``squeue`` says what is still queued or running; a job that left it is looked up in
+  ``sacct`` (``scontrol show job`` where there is no accounting) and its end goes through the
+  transitions with the agents' words: ``COMPLETED`` finishes, ``FAILED`` fails with ``exit code 3``,
+  ``TIMEOUT`` is ``timeout``, ``OUT_OF_MEMORY`` ``out_of_memory``, ``NODE_FAIL`` is requeued as
+  ``node_fail`` without costing a retry, a cancel from outside the portal is ``Killed``. A Slurm job
+  of ours the database no longer runs is cancelled.
+- **inventory**: the nodes and cards ``scontrol show node`` lists.
+
+Not yet (issue 28): multi-node jobs and vNPU slices (refused at launch, with the reason), jobs
+Slurm leaves pending after the portal started them, cards used by jobs submitted around the portal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from devices.agent.environment import build_job_env, identity_env
+from devices.agent.exit_words import exit_words
+from devices.agent.jobs import read_log
+from devices.executors.base import EVICT_GRACE_S, Observation, ServedNode, runs_ended
+from npuportal.cluster_lock import lock_cluster
+from quotas.models import posix_account
+from scheduling import transitions
+from scheduling.launch_spec import output_file
+from scheduling.models import Allocation, Job
+
+log = logging.getLogger(__name__)
+
+#: Seconds any one Slurm command may take before it counts as failed (the controller is down, say).
+COMMAND_TIMEOUT_S = 30.0
+#: What the ``--comment`` of a job the portal submitted looks like: its job id and attempt.
+COMMENT_RE = re.compile(r"npuportal:([0-9]+):([0-9]+)")
+#: Slurm's states of a job that is not over (``squeue``'s default listing holds only these).
+ACTIVE_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STOPPED"}
+)
+#: The state given a job Slurm neither lists, accounts for nor remembers (gone past ``MinJobAge`` without accounting).
+LOST = "LOST"
+#: Ends the system caused, not the job: requeued in its place without costing a retry (as an agent's shutdown).
+SYSTEM_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD"})
+#: The bash lines that find the cards Slurm gave a job that asked for a count (``npu:2``): Slurm
+#: sets no card variable for a GRES named ``npu``, so ``ASCEND_RT_VISIBLE_DEVICES`` is read from
+#: ``scontrol show job -d`` (``GRES=npu:2(IDX:2-3)``) and its ranges written out (``2,3``).
+COUNT_CARDS_SCRIPT = r"""_npu_idx=$(scontrol show job -d "$SLURM_JOB_ID" 2>/dev/null \
+  | sed -n 's/.*GRES=[^ ]*IDX:\([^)]*\)).*/\1/p' | head -n 1)
+_npu_list=""
+IFS=, read -ra _npu_parts <<< "$_npu_idx"
+for _p in "${_npu_parts[@]}"; do
+  if [[ $_p == *-* ]]; then
+    for ((_i=${_p%-*}; _i<=${_p#*-}; _i++)); do _npu_list+="${_npu_list:+,}$_i"; done
+  else
+    _npu_list+="${_npu_list:+,}$_p"
+  fi
+done
+export ASCEND_RT_VISIBLE_DEVICES="$_npu_list"
+unset _npu_idx _npu_list _npu_parts _p _i
+"""
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed, timed out or is missing; the message is its own words."""
+
+
+# --------------------------------------------------------------------------------------------------
+# the commands
+
+
+def slurm_env() -> dict[str, str]:
+    """This process's environment with the cluster's ``SLURM_CONF`` (the setting wins over the environment)."""
+    env = dict(os.environ)
+    conf = getattr(settings, "NPUPORTAL_SLURM_CONF", "") or env.get("SLURM_CONF", "")
+    if conf:
+        env["SLURM_CONF"] = conf
+    return env
+
+
+def run(argv: Sequence[str], *, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> str:
+    """Run one Slurm command (no shell) and return its standard output; :class:`SlurmError` otherwise."""
+    try:
+        done = subprocess.run(
+            list(argv),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=slurm_env(),
+        )
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout:.0f} s") from None
+    except OSError as exc:
+        raise SlurmError(f"{argv[0]}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip().splitlines()
+        raise SlurmError(f"{argv[0]}: {why[-1] if why else f'exit status {done.returncode}'}")
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """One line of ``squeue``: a Slurm job that is not over (or, with ``-t all``, recently over)."""
+
+    slurm_id: str
+    state: str
+    comment: str
+    nodes: str
+    user: str
+    started: datetime | None = None
+
+    @property
+    def portal_run(self) -> tuple[int, int] | None:
+        """``(job id, attempt)`` when the portal submitted it (its comment says so)."""
+        found = COMMENT_RE.fullmatch(self.comment)
+        return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def squeue(*, every_state: bool = False) -> dict[str, QueuedJob]:
+    """Slurm's jobs by id: those not over, or with ``every_state`` those the controller still remembers."""
+    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%S|%k"]
+    if every_state:
+        argv += ["-t", "all"]
+    found: dict[str, QueuedJob] = {}
+    for line in run(argv).splitlines():
+        parts = line.split("|", 5)
+        if len(parts) == 6:
+            slurm_id, state, user, nodes, started, comment = (p.strip() for p in parts)
+            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started))
+    return found
+
+
+@dataclass(frozen=True)
+class EndedJob:
+    """How a Slurm job ended: its state (``CANCELLED by 0``), exit status and signal, nodes, end time."""
+
+    slurm_id: str
+    state: str
+    exit_code: int
+    signal: int
+    nodes: str
+    ended_at: datetime | None
+
+    @property
+    def base_state(self) -> str:
+        return self.state.split()[0] if self.state else ""
+
+    @property
+    def code(self) -> int:
+        """The status as the agents give it: the exit code, or minus the signal that ended it."""
+        return -self.signal if self.signal else self.exit_code
+
+
+def parse_exit(text: str) -> tuple[int, int]:
+    """``(exit code, signal)`` of sacct's ``3:0``; ``(0, 0)`` for anything else."""
+    code, _, sig = text.partition(":")
+    try:
+        return int(code), int(sig or 0)
+    except ValueError:
+        return 0, 0
+
+
+def _when(text: str) -> datetime | None:
+    """A time Slurm prints (``2026-12-03T17:52:29``, the host's local time) as an aware datetime."""
+    try:
+        return datetime.fromisoformat(text).astimezone()
+    except ValueError:
+        return None
+
+
+def parse_sacct(text: str) -> dict[str, EndedJob]:
+    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,End`` lines by job id."""
+    found: dict[str, EndedJob] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5:
+            continue
+        slurm_id, state, exit_text, nodes, end = (p.strip() for p in parts[:5])
+        code, sig = parse_exit(exit_text)
+        found[slurm_id] = EndedJob(slurm_id, state, code, sig, nodes, _when(end))
+    return found
+
+
+def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
+    """How these jobs ended: ``sacct``'s text output, else ``scontrol show job`` (no accounting, or not yet in it)."""
+    if not slurm_ids:
+        return {}
+    found: dict[str, EndedJob] = {}
+    try:
+        found = parse_sacct(
+            run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,End", "-j", ",".join(slurm_ids)])
+        )
+    except SlurmError as exc:
+        log.info("sacct could not say how jobs ended (%s); asking the controller", exc)
+    for slurm_id in slurm_ids:
+        if slurm_id in found and found[slurm_id].base_state not in ACTIVE_STATES:
+            continue
+        try:
+            fields = _fields(run(["scontrol", "show", "job", "-o", slurm_id]))
+        except SlurmError as exc:
+            if "invalid job id" in str(exc).lower() and slurm_id not in found:
+                found[slurm_id] = EndedJob(slurm_id, LOST, 0, 0, "", None)  # neither accounted for nor remembered
+            continue
+        code, sig = parse_exit(fields.get("ExitCode", ""))
+        state = fields.get("JobState", "")
+        if state and state not in ACTIVE_STATES:
+            found[slurm_id] = EndedJob(slurm_id, state, code, sig, fields.get("NodeList", ""), _when(fields["EndTime"]))
+    return found
+
+
+def _fields(line: str) -> dict[str, str]:
+    """``Key=value`` pairs of one line of ``scontrol show … -o`` (a value ends at the next space)."""
+    return dict(re.findall(r"(\w+)=(\S*)", line))
+
+
+def expand_indexes(text: str) -> list[int]:
+    """``0-1,4`` → ``[0, 1, 4]``."""
+    found: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            found.extend(range(int(low), int(high or low) + 1))
+    return found
+
+
+def cards_given(slurm_id: str) -> dict[str, list[int]]:
+    """The cards Slurm gave a running job, by node (``scontrol show job -d``: ``Nodes=npu3 … GRES=npu:2(IDX:2-3)``)."""
+    given: dict[str, list[int]] = {}
+    for line in run(["scontrol", "show", "job", "-d", slurm_id]).splitlines():
+        found = re.search(r"\bNodes=(\S+)\s.*\bGRES=(\S+)", line)
+        if found:
+            indexes = [i for idx in re.findall(r"IDX:([0-9,-]+)", found.group(2)) for i in expand_indexes(idx)]
+            given[found.group(1)] = sorted(set(indexes))
+    return given
+
+
+@dataclass(frozen=True)
+class SlurmNodeLayout:
+    """One node as Slurm declares it: its cards, and whether each card is its own GRES type."""
+
+    name: str
+    cards: tuple[int, ...]
+    per_card: bool
+    state: str
+
+
+def parse_gres(text: str) -> tuple[tuple[int, ...], bool]:
+    """``(cards, per card)`` of a node's ``Gres=``: ``npu:c0:1,npu:c1:1`` → ``((0, 1), True)``, ``npu:8`` → 8 cards."""
+    typed: list[int] = []
+    count = 0
+    per_card = True
+    for item in text.split(","):
+        parts = re.sub(r"\(.*?\)", "", item).split(":")
+        if parts[0] != "npu":
+            continue
+        if len(parts) == 3 and re.fullmatch(r"c[0-9]+", parts[1]) and parts[2] == "1":
+            typed.append(int(parts[1][1:]))
+        else:
+            per_card = False
+            count += int(parts[-1]) if parts[-1].isdigit() else 0
+    if typed and per_card:
+        return tuple(sorted(typed)), True
+    return tuple(range(count + len(typed))), False
+
+
+def node_layouts() -> dict[str, SlurmNodeLayout]:
+    """Slurm's nodes by name (``scontrol show node -o``)."""
+    found: dict[str, SlurmNodeLayout] = {}
+    for line in run(["scontrol", "show", "node", "-o"]).splitlines():
+        fields = _fields(line)
+        if "NodeName" in fields:
+            cards, per_card = parse_gres(fields.get("Gres", ""))
+            found[fields["NodeName"]] = SlurmNodeLayout(fields["NodeName"], cards, per_card, fields.get("State", ""))
+    return found
+
+
+#: A job Slurm has run for less than this may not have its processes yet: Slurm shows it ``RUNNING``
+#: while its node still sets up the batch step (loading the account's environment for ``--uid``),
+#: and a signal sent then is lost. Such a job is sent SIGTERM again each second until it is this old.
+YOUNG_S = 5.0
+
+
+def _signal_term(slurm_ids: Sequence[str]) -> None:
+    try:
+        run(["scancel", "--full", "--signal=TERM", *slurm_ids])
+    except SlurmError as exc:
+        log.info("scancel --signal=TERM %s: %s", ",".join(slurm_ids), exc)
+
+
+def _cancel(slurm_ids: Sequence[str]) -> None:
+    try:
+        run(["scancel", *slurm_ids])
+    except SlurmError as exc:
+        log.warning("scancel %s: %s", ",".join(slurm_ids), exc)
+
+
+def scancel(slurm_ids: Sequence[str], *, grace_s: float) -> None:
+    """SIGTERM every process of these jobs, then cancel what is still there after ``grace_s``.
+
+    A job still pending in Slurm has no process to signal: it is cancelled at once. A job that
+    has only just started is sent SIGTERM again until it is :data:`YOUNG_S` old (see there).
+    """
+    if not slurm_ids:
+        return
+    try:
+        active: dict[str, QueuedJob] | None = squeue()
+    except SlurmError:
+        active = None
+    if active is not None:
+        pending = [s for s in slurm_ids if s in active and active[s].state == "PENDING"]
+        if pending:
+            _cancel(pending)
+        left = [s for s in slurm_ids if s in active and s not in pending]
+    else:
+        left = list(slurm_ids)
+    if not left:
+        return
+    _signal_term(left)
+    signalled = time.monotonic()
+    deadline = signalled + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        try:
+            active = squeue()
+        except SlurmError:
+            break
+        left = [s for s in left if s in active]
+        now = timezone.now()
+        young = [
+            s for s in left if active[s].started is not None and (now - active[s].started).total_seconds() < YOUNG_S
+        ]
+        if young and time.monotonic() - signalled >= 1.0:
+            _signal_term(young)
+            signalled = time.monotonic()
+    if left:
+        _cancel(left)
+
+
+# --------------------------------------------------------------------------------------------------
+# what a job is told and where its output goes
+
+
+def output_dir() -> Path:
+    """Where a run's output goes when its job names no ``output`` (``NPUPORTAL_SLURM_OUTPUT_DIR``).
+
+    Shared storage on a multi-host cluster: the portal reads it back for the job's log.
+    """
+    configured = getattr(settings, "NPUPORTAL_SLURM_OUTPUT_DIR", "")
+    return Path(configured) if configured else Path(settings.BASE_DIR) / "var" / "slurm-output"
+
+
+def account_of(job: Job) -> pwd.struct_passwd:
+    """The POSIX account the job runs as: its submitter's when the portal runs as root, else the portal's own."""
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid())
+    name = posix_account(job.submitter)
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise LaunchRefused(f"no POSIX account {name!r} here to run the job as (sbatch --uid)") from None
+    if entry.pw_uid == 0:
+        raise LaunchRefused(f"account {name!r} is root; jobs never run as root through Slurm")
+    return entry
+
+
+def start_dir(job: Job, account: pwd.struct_passwd) -> str:
+    """``--chdir``: the job's ``cwd``, else its account's home when there is one, else ``/tmp``."""
+    if job.cwd:
+        return job.cwd
+    return account.pw_dir if account.pw_dir and os.path.isdir(account.pw_dir) else "/tmp"
+
+
+def run_output(job: Job, attempt: int, node: str, account: pwd.struct_passwd | None = None) -> Path:
+    """The file a run's output goes to: the job's ``output`` (patterns filled in) or one of its own per run."""
+    if not job.output:
+        return output_dir() / f"{job.pk}.{attempt}.out"
+    path = Path(output_file(job, node))
+    if not path.is_absolute():
+        path = Path(start_dir(job, account or account_of(job))) / path
+    return path
+
+
+def batch_script(job: Job, env: dict[str, str], *, count_cards: bool) -> str:
+    """The batch script: the environment as ``export`` lines, the cards of a count request, the command."""
+    lines = ["#!/bin/bash", f"# npuportal job {job.pk}"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    if count_cards:
+        lines.append(COUNT_CARDS_SCRIPT.rstrip("\n"))
+    lines.append(job.command)
+    return "\n".join(lines) + "\n"
+
+
+def job_env(job: Job, run_id: str, account: pwd.struct_passwd, cards: Sequence[int] | None) -> dict[str, str]:
+    """The documented job environment (docs/agent.md#environment) as the agents build it.
+
+    Slurm's own ``SLURM_JOB_ID`` and ``SLURM_JOB_NAME`` stay Slurm's (``srun`` in the script needs
+    them); ``NPUPORTAL_JOB_ID`` is the portal's run. ``cards``: the exact cards, ``None`` when
+    Slurm chooses them (the script reads them back).
+    """
+    from devices.executors.agents import portal_job
+
+    identity = {k: v for k, v in identity_env(portal_job(job)).items() if k not in {"SLURM_JOB_ID", "SLURM_JOB_NAME"}}
+    plan = {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(c) for c in cards)} if cards is not None else {}
+    return build_job_env(
+        job_id=run_id,
+        team=job.team.name,
+        home=account.pw_dir,
+        user=account.pw_name,
+        shell=account.pw_shell or "/bin/sh",
+        submitted={"JOB_NAME": job.name, "JOB_TEAM": job.team.name, **(job.env or {})},
+        plan_env=plan,
+        identity=identity,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# launch
+
+
+class LaunchRefused(ValueError):
+    """A launch no retry can change (a multi-node job, an account that does not exist): the job fails."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One run's ``sbatch``: its comment (the run's name in Slurm), arguments, script and account."""
+
+    comment: str
+    argv: list[str]
+    script: str
+    account: str
+
+
+def _comment(job_id: int, attempt: int) -> str:
+    return f"npuportal:{job_id}:{attempt}"
+
+
+def _submission(
+    job: Job, attempt: int, allocs: Sequence[Allocation], layouts: dict[str, SlurmNodeLayout]
+) -> Submission:
+    """The ``sbatch`` of one run; :class:`LaunchRefused` for what this executor cannot run."""
+    nodes = sorted({a.device.node.name for a in allocs})
+    if len(nodes) != 1:
+        raise LaunchRefused(f"a job on {len(nodes)} nodes cannot run on Slurm through npuportal yet")
+    if any(a.vnpu_template_id is not None for a in allocs):
+        raise LaunchRefused("a vNPU slice cannot run on Slurm through npuportal yet")
+    node = nodes[0]
+    layout = layouts.get(node)
+    if layout is None:
+        raise LaunchRefused(f"Slurm has no node {node}")
+    cards = sorted(a.device.index for a in allocs)
+    account = account_of(job)
+    chdir = start_dir(job, account)
+    out = run_output(job, attempt, node, account)
+    if not job.output:
+        _make_output_dir(out.parent)
+    gres = ",".join(f"npu:c{c}:1" for c in cards) if layout.per_card else f"npu:{len(cards)}"
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={job.name}",
+        f"--comment={_comment(job.pk, attempt)}",
+        f"--nodelist={node}",
+        "--nodes=1",
+        f"--gres={gres}",
+        f"--chdir={chdir}",
+        f"--output={str(out).replace('%', '%%')}",
+        "--open-mode=append",
+        "--export=NONE",
+    ]
+    partition = getattr(settings, "NPUPORTAL_SLURM_PARTITION", "")
+    if partition:
+        argv.append(f"--partition={partition}")
+    if os.geteuid() == 0:
+        argv += [f"--uid={account.pw_uid}", f"--gid={account.pw_gid}"]
+    if job.max_duration_s:
+        elapsed = (timezone.now() - job.started_at).total_seconds() if job.started_at else 0
+        argv.append(f"--time={max(1, -(-int(job.max_duration_s - elapsed) // 60))}")  # minutes, rounded up
+    run_id = f"{job.pk}.{attempt}"
+    env = job_env(job, run_id, account, cards if layout.per_card else None)
+    script = batch_script(job, env, count_cards=not layout.per_card)
+    return Submission(_comment(job.pk, attempt), argv, script, account.pw_name)
+
+
+def _make_output_dir(path: Path) -> None:
+    """The shared output folder; writable by every job's account (sticky, as ``/tmp``) when the portal makes it."""
+    if not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o1777)
+
+
+def _submit(sub: Submission) -> str:
+    """Slurm's job id of this run: the one already submitted under its comment, else a new ``sbatch``'s."""
+    for queued in squeue(every_state=True).values():
+        if queued.comment == sub.comment:
+            return queued.slurm_id
+    out = run(sub.argv, stdin=sub.script).strip()
+    return out.split(";", 1)[0]
+
+
+def _record_failure(job_id: int, attempt: int, text: str, *, for_good: bool) -> None:
+    """A launch that did not take: failed for good, or retried by the next observation (then requeued)."""
+    with transaction.atomic():
+        lock_cluster()
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.state != Job.State.RUNNING:
+            return
+        now = timezone.now()
+        run_id = f"{job_id}.{attempt}"
+        if for_good:
+            transitions.fail(job_id, reason="LaunchFailed", detail=f"run {run_id} not submitted to Slurm: {text}")
+            return
+        failures = transitions.record_launch_failure(job, at=now, detail=f"run {run_id}: {text}")
+        if failures >= transitions.RETRY_BUDGET:
+            transitions.requeue(
+                job_id,
+                reason="LaunchFailed",
+                detail=f"Slurm refused run {run_id} {failures} times; last: {text}",
+                at=now,
+            )
+
+
+def _launch_one(job_id: int, layouts: dict[str, SlurmNodeLayout]) -> tuple[bool, tuple[int, str, bool] | None]:
+    """Submit the current run of one running job, holding its row the while.
+
+    The lock makes the comment check and the ``sbatch`` one step: a launch retried by another
+    worker (the tick's task and an observation's relaunch) waits, then finds the run by its comment.
+    Returns ``(taken, failure)``, ``failure`` being ``(attempt, words, for good)`` to record after the commit.
+    """
+    from devices.executors.agents import current_attempts
+
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update(of=("self",))
+            .select_related("team", "submitter__profile")
+            .filter(pk=job_id, state=Job.State.RUNNING)
+            .first()
+        )
+        if job is None:
+            return False, None
+        attempt = current_attempts([job_id])[job_id]
+        allocs = list(job.allocations.filter(end__isnull=True).select_related("device__node").order_by("device__index"))
+        try:
+            sub = _submission(job, attempt, allocs, layouts)
+            slurm_id = _submit(sub)
+        except LaunchRefused as exc:
+            return False, (attempt, str(exc), True)
+        except (SlurmError, OSError) as exc:
+            return False, (attempt, str(exc), False)
+        Job.objects.filter(pk=job_id).update(agent_job_id=slurm_id, launched=True, ran_as=sub.account)
+    return True, None
+
+
+class SlurmExecutor:
+    """Jobs run by a Slurm cluster (``NPUPORTAL_EXECUTOR=slurm``; see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self) -> None:
+        #: Slurm jobs whose cards were read back after a count request (once each).
+        self._placed: set[str] = set()
+
+    # -- launch -------------------------------------------------------------------------------------
+    def launch(self, job_ids: Iterable[int]) -> dict[int, bool]:
+        from devices.executors.agents import current_attempts
+
+        results: dict[int, bool] = {}
+        layouts: dict[str, SlurmNodeLayout] | None = None
+        for job_id in job_ids:
+            taken = False
+            failure: tuple[int, str, bool] | None = None
+            if layouts is None:
+                try:
+                    layouts = node_layouts()  # once per batch of launches
+                except SlurmError as exc:
+                    failure = (current_attempts([job_id])[job_id], str(exc), False)
+            if layouts is not None:
+                taken, failure = _launch_one(job_id, layouts)
+            results[job_id] = taken
+            if failure is not None:  # after the job's lock: a transition takes the cluster's lock first
+                attempt, text, for_good = failure
+                log.warning("launch of job %s on Slurm failed: %s", job_id, text)
+                _record_failure(job_id, attempt, text, for_good=for_good)
+        return results
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def stop(self, job_id: int, *, grace_s: float, cause: str) -> None:
+        """Cancel the Slurm jobs of a job that no longer runs in the database (its stored one and any by comment)."""
+        row = Job.objects.filter(pk=job_id).values("state", "agent_job_id").first()
+        if row is None or row["state"] == Job.State.RUNNING:
+            return
+        ids = {row["agent_job_id"]} if row["agent_job_id"].isdigit() else set()
+        try:
+            ids |= {s for s, q in squeue().items() if q.portal_run is not None and q.portal_run[0] == job_id}
+        except SlurmError as exc:
+            log.info("could not list Slurm's jobs before stopping job %s: %s", job_id, exc)
+        log.info("stopping job %s on Slurm (%s): %s", job_id, cause or "stop", ", ".join(sorted(ids)) or "nothing")
+        scancel(sorted(ids), grace_s=grace_s)
+
+    # -- observe ------------------------------------------------------------------------------------
+    def observe(self) -> Observation:
+        from devices.executors.agents import current_attempts
+
+        summary = Observation()
+        try:
+            active = squeue()
+        except SlurmError as exc:
+            summary.failed = 1
+            summary.errors["slurm"] = str(exc)
+            return summary
+        summary.polled = 1
+        rows = list(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", "agent_job_id"))
+        attempts = current_attempts(pk for pk, _ in rows)
+        gone = [sid for _, sid in rows if sid and sid not in active]
+        try:
+            ends = ended_jobs(gone)
+        except SlurmError as exc:
+            summary.errors["sacct"] = str(exc)
+            ends = {}
+        relaunch: list[int] = []
+        for pk, sid in rows:
+            if not sid:
+                relaunch.append(pk)
+            elif sid in active:
+                if active[sid].state == "RUNNING":
+                    self._note_running(pk, active[sid])
+            elif sid in ends:
+                self._record_end(pk, sid, ends[sid], summary)
+            else:
+                summary.errors[str(pk)] = f"Slurm job {sid} is neither queued nor accounted for"
+        # After the ends above: a run whose job was just requeued or ended is no longer the job's.
+        attempts = current_attempts(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", flat=True))
+        stale = [
+            q.slurm_id
+            for q in active.values()
+            if q.portal_run is not None
+            and (q.portal_run[0] not in attempts or attempts[q.portal_run[0]] != q.portal_run[1])
+        ]
+        if stale:
+            summary.stale_stopped.extend(stale)
+            scancel(stale, grace_s=EVICT_GRACE_S)
+        if relaunch:
+            self.launch(relaunch)
+            summary.relaunched.extend(relaunch)
+        if summary.finished or summary.requeued:
+            runs_ended(summary.finished + summary.requeued)
+        return summary
+
+    def _note_running(self, job_id: int, queued: QueuedJob) -> None:
+        """A run Slurm runs: keep who it runs as and, after a count request, the cards Slurm gave."""
+        Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(ran_as=queued.user).update(ran_as=queued.user)
+        if queued.slurm_id in self._placed:
+            return
+        try:
+            given = cards_given(queued.slurm_id)
+        except SlurmError as exc:
+            log.info("could not read the cards of Slurm job %s: %s", queued.slurm_id, exc)
+            return
+        self._placed.add(queued.slurm_id)
+        record_cards(job_id, given)
+
+    def _record_end(self, job_id: int, slurm_id: str, ended: EndedJob, summary: Observation) -> None:
+        state = ended.base_state
+        code = ended.code
+        where = ended.nodes or "its node"
+        with transaction.atomic():
+            lock_cluster()
+            if state == LOST:
+                transitions.requeue(
+                    job_id,
+                    reason="LostOnAgent",
+                    detail=f"Slurm no longer knows job {slurm_id}: neither queued, accounted for nor remembered",
+                )
+                summary.requeued.append(job_id)
+                return
+            if state in SYSTEM_ENDS:
+                transitions.requeue(
+                    job_id,
+                    reason="NodeFail",
+                    detail=f"Slurm ended job {slurm_id} on {where} ({ended.state}): the system ended it, not the job; "
+                    "queued again in its place",
+                    count_retry=False,
+                    at=ended.ended_at,
+                    reported_at=ended.ended_at,
+                )
+                summary.requeued.append(job_id)
+                return
+            exit_code, reason, detail = outcome(ended)
+            transitions.finish(job_id, exit_code=exit_code, ended_at=ended.ended_at, detail=detail, reason=reason)
+        summary.finished.append(job_id)
+        log.info("Slurm job %s of job %s ended %s (%s)", slurm_id, job_id, state, exit_words(code))
+
+    # -- inventory ----------------------------------------------------------------------------------
+    def inventory(self) -> list[ServedNode]:
+        return [ServedNode(n.name, n.cards) for n in sorted(node_layouts().values(), key=lambda n: n.name)]
+
+    # -- output -------------------------------------------------------------------------------------
+    def output_reader(self, node: str) -> SlurmOutput:
+        """What ``scheduling.services.output`` reads a run's output through (the agent client's ``log``)."""
+        return SlurmOutput(node)
+
+
+def outcome(ended: EndedJob) -> tuple[int | None, str, str]:
+    """``(exit code, event reason, detail)`` of a Slurm job's end, in the agents' words (``outcome`` there)."""
+    state, code = ended.base_state, ended.code
+    if state == "COMPLETED" and code == 0:
+        return 0, "Completed", "exit code 0"
+    if state == "TIMEOUT":
+        return code, "Walltime", f"Slurm stopped it at its time limit: {exit_words(code)}"
+    if state == "OUT_OF_MEMORY":
+        return code, "OutOfMemory", f"in Slurm: out of memory ({exit_words(code)})"
+    if state in {"CANCELLED", "DEADLINE"}:
+        return code, "Killed", f"stopped in Slurm ({ended.state}): {exit_words(code)}"
+    return code, "NonZeroExit", exit_words(code)
+
+
+def record_cards(job_id: int, given: dict[str, list[int]]) -> None:
+    """Point the job's open allocations at the cards Slurm gave it, where they differ and are free in the portal."""
+    with transaction.atomic():
+        lock_cluster()
+        allocs = list(Allocation.objects.filter(job_id=job_id, end__isnull=True).select_related("device__node"))
+        for node, indexes in given.items():
+            mine = [a for a in allocs if a.device.node.name == node]
+            have = sorted(a.device.index for a in mine)
+            if not indexes or have == indexes or len(indexes) != len(mine):
+                continue
+            from devices.models import Device
+
+            devices = {d.index: d for d in Device.objects.filter(node__name=node, index__in=indexes)}
+            held = set(
+                Allocation.objects.filter(device__in=devices.values(), end__isnull=True)
+                .exclude(job_id=job_id)
+                .values_list("device__index", flat=True)
+            )
+            if held or len(devices) != len(indexes):
+                log.warning(
+                    "Slurm gave job %s cards %s on %s, the portal chose %s; cards %s are the portal's for other jobs",
+                    job_id,
+                    indexes,
+                    node,
+                    have,
+                    sorted(held),
+                )
+                continue
+            # Only the allocations on cards Slurm did not give move, to the cards given that none holds:
+            # one open allocation per card, so a move never lands on a card this job still holds.
+            kept = {a.device.index for a in mine if a.device.index in indexes}
+            moving = [a for a in mine if a.device.index not in kept]
+            for alloc, index in zip(moving, [i for i in indexes if i not in kept], strict=True):
+                Allocation.objects.filter(pk=alloc.pk).update(device=devices[index])
+
+
+class SlurmOutput:
+    """A run's output file read as an agent serves it (``GET /v1/jobs/<id>/log``): on this host, or shared storage."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    def log(self, run_id: str | int, *, offset: int | None = None, tail: int | None = None) -> dict[str, Any] | None:
+        job_text, _, attempt_text = str(run_id).partition(".")
+        if not (job_text.isdigit() and attempt_text.isdigit()):
+            return None
+        job = Job.objects.select_related("submitter__profile").filter(pk=int(job_text)).first()
+        if job is None:
+            return None
+        try:
+            path = run_output(job, int(attempt_text), self.node)
+        except LaunchRefused:
+            return None
+        if not path.exists() and job.is_final:
+            return None
+        return read_log(path, offset=offset, tail=tail)

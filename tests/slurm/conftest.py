@@ -1,0 +1,119 @@
+"""A real single-host Slurm for the Slurm executor's tests (``devices.slurm.cluster``), and a portal site on it.
+
+One cluster per test session (per xdist worker): three nodes named as the portal's 910B4 nodes, exact
+cards (``npu:c0:1,…``) on two and a plain ``npu:8`` on the third, slurmdbd on the local MariaDB when
+there is one. Every daemon is stopped by pid at the end. Without Slurm's commands the tests are
+skipped, saying so (``make test`` installs them when run as root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devices.slurm.cluster import ClusterError, LocalCluster, SlurmNode, missing_commands
+from tests.test_lifecycle_harness import eager_celery
+
+__all__ = ["eager_celery"]
+
+#: Named as the demo's 910B4 nodes, plus a third the site fixture adds.
+SLURM_NODES = (
+    SlurmNode("ascend-b4-01", per_card=True),
+    SlurmNode("ascend-b4-02", per_card=True),
+    SlurmNode("ascend-b4-03", per_card=False),
+)
+COUNT_NODE = "ascend-b4-03"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[LocalCluster]:
+    """The session's Slurm cluster; its start-up time is ``started_in_s``."""
+    missing = missing_commands()
+    if missing:
+        pytest.skip(f"Slurm is not installed here (no {', '.join(missing)}): `make test` installs it as root")
+    # Under /tmp itself, not pytest's 0700 folders: jobs run as another account read and write here.
+    root = Path(tempfile.mkdtemp(prefix="npuportal-slurm-"))
+    accounting = bool(shutil.which("mariadb") or shutil.which("mysql"))
+    cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=accounting)
+    started = time.monotonic()
+    try:
+        try:
+            cluster.start()
+        except ClusterError:
+            if not accounting:
+                raise
+            cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=False)  # no MariaDB answering
+            cluster.start()
+    except ClusterError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"the test Slurm cluster did not start: {exc}")
+    print(f"\nSlurm test cluster up in {time.monotonic() - started:.1f} s (accounting: {cluster.accounting})")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -> LocalCluster:
+    """The demo site run by the Slurm cluster: ``NPUPORTAL_EXECUTOR=slurm`` and a third 910B4 node.
+
+    The training lead's jobs run as ``nobody`` when the tests run as root (the portal's test
+    users have no POSIX accounts), else as the tests' own account.
+    """
+    from django.contrib.auth import get_user_model
+
+    from devices.models import Device, Node
+    from quotas.models import UserProfile
+
+    settings.NPUPORTAL_EXECUTOR = "slurm"
+    settings.NPUPORTAL_SLURM_CONF = str(slurm_cluster.conf)
+    settings.NPUPORTAL_SLURM_OUTPUT_DIR = str(slurm_cluster.root / "out")
+    node = Node.objects.create(name=COUNT_NODE, labels={"rack": "r1"})
+    for device in Device.objects.filter(node__name="ascend-b4-01").order_by("index"):
+        Device.objects.create(
+            node=node,
+            index=device.index,
+            chip_model=device.chip_model,
+            hbm_mb=device.hbm_mb,
+            ai_cores=device.ai_cores,
+            ai_cpus=device.ai_cpus,
+            topology_group=device.topology_group,
+        )
+    if os.geteuid() == 0:
+        lead = get_user_model().objects.get(username="lead-training")
+        UserProfile.objects.update_or_create(user=lead, defaults={"posix_user": "nobody"})
+    return slurm_cluster
+
+
+@pytest.fixture
+def submit_slurm(slurm_site) -> Callable[..., Any]:
+    """Submit a 910B4 job as the training lead."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import Team
+    from scheduling.services.jobs import JobSpec, submit_job
+
+    lead = get_user_model().objects.get(username="lead-training")
+    team = Team.objects.get(name="training")
+
+    def make(command: str, devices: int = 1, max_duration_s: int | None = None, name: str = "job") -> Any:
+        spec = JobSpec(
+            name=name,
+            command=command,
+            num_devices=devices,
+            chip_model="910B4",
+            estimated_duration_s=1 if max_duration_s else 60,
+            max_duration_s=max_duration_s,
+        )
+        return submit_job(team=team, user=lead, spec=spec)
+
+    return make

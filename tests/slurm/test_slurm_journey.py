@@ -1,0 +1,173 @@
+"""A job's journey on a real Slurm cluster through the portal's own tick (``NPUPORTAL_EXECUTOR=slurm``).
+
+The portal decides (``run_tick``), the Slurm executor submits and observes (``get_executor().observe()``,
+what the worker's poll calls); Celery runs eagerly, so a tick's launches and a cancel's stop happen
+right after the commit. Each check reads Slurm itself (``squeue``, ``scontrol show job -d``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from devices.executors import Observation, get_executor
+from devices.executors.slurm import EndedJob, cards_given, record_cards, run, squeue
+from devices.models import Node
+from scheduling.models import Job
+from scheduling.services.jobs import cancel_job
+from scheduling.services.walltime import enforce_walltime
+from tests.slurm.conftest import COUNT_NODE
+from tests.test_lifecycle_harness import node_of, open_devices, tick
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def _reload(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def _started(job: Job) -> Job:
+    """Tick until the job is running and submitted to Slurm, then wait for Slurm to run it."""
+    tick()
+    job = _reload(job)
+    assert job.state == Job.State.RUNNING, (job.state, job.pending_reason, job.pending_detail)
+    assert job.agent_job_id.isdigit(), f"Slurm's job id is kept on the job, not {job.agent_job_id!r}"
+    wait_for(
+        lambda: squeue().get(job.agent_job_id),
+        until=lambda q: q is not None and q.state == "RUNNING",
+        message=f"Slurm job {job.agent_job_id} to run",
+    )
+    return job
+
+
+def _observe_until(job: Job, states: set[str]) -> Job:
+    def observed() -> Job:
+        get_executor().observe()
+        return _reload(job)
+
+    return wait_for(observed, until=lambda j: j.state in states, interval=0.3, message=f"job {job.pk} in {states}")
+
+
+def _log(api: Any, job: Job) -> dict[str, Any]:
+    lead = get_user_model().objects.get(username="lead-training")
+    resp = api(lead).get(f"/api/v1/jobs/{job.pk}/log/")
+    assert resp.status_code == 200, resp.content
+    return resp.json()
+
+
+def test_runs_on_the_decided_cards_and_fails_with_its_exit_code(slurm_site, submit_slurm, api) -> None:
+    job = submit_slurm('echo "cards=$ASCEND_RT_VISIBLE_DEVICES run=$NPUPORTAL_JOB_ID"; sleep 3; exit 3', devices=2)
+    job = _started(job)
+    slurm_id = job.agent_job_id
+    # A launch sent again (a retry after a lost answer) finds the run by its comment: never a second sbatch.
+    assert get_executor().launch([job.pk]) == {job.pk: True}
+    assert _reload(job).agent_job_id == slurm_id
+    ours = [q for q in squeue().values() if q.comment == f"npuportal:{job.pk}:1"]
+    assert [q.slurm_id for q in ours] == [slurm_id]
+
+    node = node_of(job)
+    assert ours[0].nodes == node
+    if os.geteuid() == 0:
+        assert ours[0].user == _reload(job).ran_as == "nobody", "run as the submitter's POSIX account"
+    decided = sorted(d.index for d in open_devices(job))
+    assert cards_given(slurm_id) == {node: decided}, "Slurm runs it on exactly the cards the portal chose"
+
+    job = _observe_until(job, {Job.State.FAILED})
+    assert job.exit_code == 3
+    event = job.events.last()
+    assert (event.reason, event.detail) == ("NonZeroExit", "exit code 3")
+    assert job.allocations.filter(end__isnull=True).count() == 0
+
+    output = _log(api, job)
+    assert output["data"] == f"cards={','.join(map(str, decided))} run={job.pk}.1\n"
+    assert output["complete"] is True
+
+
+def test_a_count_node_gets_its_cards_read_back_and_told_to_the_job(slurm_site, submit_slurm, api) -> None:
+    Node.objects.exclude(name=COUNT_NODE).update(state=Node.State.CORDONED)
+    first = _started(submit_slurm("sleep 30", devices=2, name="first"))
+    assert node_of(first) == COUNT_NODE
+    get_executor().observe()  # reads back the cards Slurm gave
+    slurm_first = cards_given(first.agent_job_id)[COUNT_NODE]
+    assert sorted(d.index for d in open_devices(first)) == slurm_first
+    # The portal's record of the first job says 6 and 7 now, so its choice for the next job and
+    # Slurm's (the lowest free cards) differ, and the record must follow Slurm's.
+    record_cards(first.pk, {COUNT_NODE: [6, 7]})
+    assert sorted(d.index for d in open_devices(first)) == [6, 7]
+    job = _started(submit_slurm('echo "cards=$ASCEND_RT_VISIBLE_DEVICES"; sleep 2', devices=3, name="second"))
+    assert node_of(job) == COUNT_NODE
+    get_executor().observe()
+    given = cards_given(job.agent_job_id)[COUNT_NODE]
+    assert not set(given) & set(slurm_first)
+    assert sorted(d.index for d in open_devices(_reload(job))) == given, "the portal records the cards Slurm gave"
+    job = _observe_until(job, {Job.State.COMPLETED})
+    assert _log(api, job)["data"] == f"cards={','.join(map(str, given))}\n"
+    cancel_job(first.pk, actor=None)
+
+
+def test_a_job_past_its_time_times_out_and_leaves_slurm(slurm_site, submit_slurm) -> None:
+    job = _started(submit_slurm("sleep 300", max_duration_s=2))
+    assert "TimeLimit=00:01:00" in run(["scontrol", "show", "job", job.agent_job_id]), "Slurm counts minutes"
+    job = wait_for(
+        lambda: (enforce_walltime(), _reload(job))[1],
+        until=lambda j: j.state == Job.State.TIMEOUT,
+        interval=0.5,
+        message=f"job {job.pk} to time out",
+    )
+    assert job.events.last().reason == "Walltime"
+    wait_for(lambda: job.agent_job_id not in squeue(), message=f"Slurm job {job.agent_job_id} to be gone")
+
+
+def test_a_cancelled_job_is_cancelled_and_gone_from_squeue(slurm_site, submit_slurm) -> None:
+    job = _started(submit_slurm("sleep 300"))
+    cancel_job(job.pk, actor=None)
+    job = _reload(job)
+    assert job.state == Job.State.CANCELLED
+    wait_for(lambda: job.agent_job_id not in squeue(), message=f"Slurm job {job.agent_job_id} to be gone")
+    summary = get_executor().observe()
+    assert _reload(job).state == Job.State.CANCELLED
+    assert summary.stale_stopped == []
+
+
+def test_a_run_slurm_no_longer_knows_is_requeued_and_a_stale_run_cancelled(slurm_site, submit_slurm) -> None:
+    job = _started(submit_slurm("sleep 300"))
+    real = job.agent_job_id
+    Job.objects.filter(pk=job.pk).update(agent_job_id="987654")  # as if Slurm had forgotten the run
+    summary = get_executor().observe()
+    job = _reload(job)
+    assert job.pk in summary.requeued
+    assert (job.state, job.pending_reason) == (Job.State.PENDING, "LostOnAgent")
+    assert real in summary.stale_stopped, "the run Slurm still has is no longer the job's: cancelled"
+    wait_for(lambda: real not in squeue(), message=f"Slurm job {real} to be gone")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a worker running as root runs jobs as their submitters")
+def test_a_submitter_without_a_posix_account_here_fails_with_the_reason(slurm_site, submit_slurm) -> None:
+    from quotas.models import UserProfile
+
+    UserProfile.objects.filter(user__username="lead-training").update(posix_user="no-such-account")
+    job = submit_slurm("true")
+    tick()
+    job = _reload(job)
+    assert job.state == Job.State.FAILED
+    event = job.events.last()
+    assert event.reason == "LaunchFailed"
+    assert "no POSIX account 'no-such-account'" in event.detail
+    assert not [q for q in squeue(every_state=True).values() if q.portal_run == (job.pk, 1)]
+
+
+def test_a_node_failure_requeues_the_job_in_its_place_without_costing_a_retry(slurm_site, submit_slurm) -> None:
+    job = _started(submit_slurm("sleep 300"))
+    # What sacct says of a run whose node died (a slurmd killed takes SlurmdTimeout to be noticed).
+    failed = EndedJob(job.agent_job_id, "NODE_FAIL", 0, 0, node_of(job), None)
+    summary = Observation()
+    get_executor()._record_end(job.pk, job.agent_job_id, failed, summary)  # type: ignore[attr-defined]
+    job = _reload(job)
+    assert summary.requeued == [job.pk]
+    assert (job.state, job.pending_reason, job.retries) == (Job.State.PENDING, "NodeFail", 0)
+    assert "the system ended it, not the job" in job.events.last().detail
+    assert job.agent_job_id in get_executor().observe().stale_stopped
