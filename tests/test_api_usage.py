@@ -136,13 +136,16 @@ def test_usage_answers_this_months_cost_so_far_in_the_rate_cards_currency(costly
     from django.utils import timezone
 
     lead, _ = costly
-    now = timezone.now()
-    job = _job("costly", lead, state="running")
-    device = Device.objects.filter(chip_model="910B4").first()
-    Allocation.objects.create(job=job, device=device, start=now - timedelta(minutes=15))  # still running
-    # The clock stands still for the request: on a loaded machine three seconds pass between the
-    # allocation and the answer, and a running job is counted to "now" (3.01 instead of 3.00).
+    # A quarter of an hour of this month: within the first 15 minutes of a month (on the policy's
+    # clock) the clock moves on to 20 minutes in, so the whole quarter is this month's. It stands
+    # still from here: a running job is counted to "now", and on a loaded machine seconds pass
+    # between the allocation and the answer (3.01 instead of 3.00).
+    current = timezone.now()
+    now = max(current, month_of(active_policy().policy, current).start + timedelta(minutes=20))
     with time_machine.travel(now, tick=False):
+        job = _job("costly", lead, state="running")
+        device = Device.objects.filter(chip_model="910B4").first()
+        Allocation.objects.create(job=job, device=device, start=now - timedelta(minutes=15))  # still running
         body = api(lead).get("/api/v1/teams/costly/usage/").json()
     assert body["total_device_hours"] == pytest.approx(0.25)
     cost = body["cost"]
