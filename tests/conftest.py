@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -166,3 +167,27 @@ def db_url_for_subprocess() -> str:
     user = cfg.get("USER") or ""
     auth = f"{user}@" if user else ""
     return f"postgres://{auth}{cfg.get('HOST') or '127.0.0.1'}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
+
+
+def training_lead_submitter() -> Callable[..., Any]:
+    """A function that submits a 910B4 job as the demo's training lead (the lifecycle and Slurm journeys)."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.models import Team
+    from scheduling.services.jobs import JobSpec, submit_job
+
+    lead = get_user_model().objects.get(username="lead-training")
+    team = Team.objects.get(name="training")
+
+    def make(command: str, devices: int = 1, max_duration_s: int | None = None, name: str = "job") -> Any:
+        spec = JobSpec(
+            name=name,
+            command=command,
+            num_devices=devices,
+            chip_model="910B4",
+            estimated_duration_s=1 if max_duration_s else 60,
+            max_duration_s=max_duration_s,
+        )
+        return submit_job(team=team, user=lead, spec=spec)
+
+    return make

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import free_port
+from tests.conftest import free_port, training_lead_submitter
 from tests.waiting import ceiling, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,26 +159,7 @@ def cluster(demo, eager_celery, tmp_path: Path) -> Iterator[dict[str, Agent]]:
 @pytest.fixture
 def submit(demo) -> Callable[..., Any]:
     """Submit a 910B4 job as the training lead (the demo policy lets training use up to 24 cards)."""
-    from django.contrib.auth import get_user_model
-
-    from quotas.models import Team
-    from scheduling.services.jobs import JobSpec, submit_job
-
-    lead = get_user_model().objects.get(username="lead-training")
-    team = Team.objects.get(name="training")
-
-    def make(command: str, devices: int = 1, max_duration_s: int | None = None, name: str = "job") -> Any:
-        spec = JobSpec(
-            name=name,
-            command=command,
-            num_devices=devices,
-            chip_model="910B4",
-            estimated_duration_s=1 if max_duration_s else 60,
-            max_duration_s=max_duration_s,
-        )
-        return submit_job(team=team, user=lead, spec=spec)
-
-    return make
+    return training_lead_submitter()
 
 
 def node_of(job: Any) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from devices.slurm.cluster import ClusterError, LocalCluster, SlurmNode, missing_commands
+from tests.conftest import training_lead_submitter
 from tests.test_lifecycle_harness import eager_celery
 
 __all__ = ["eager_celery"]
@@ -97,23 +98,4 @@ def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -
 @pytest.fixture
 def submit_slurm(slurm_site) -> Callable[..., Any]:
     """Submit a 910B4 job as the training lead."""
-    from django.contrib.auth import get_user_model
-
-    from quotas.models import Team
-    from scheduling.services.jobs import JobSpec, submit_job
-
-    lead = get_user_model().objects.get(username="lead-training")
-    team = Team.objects.get(name="training")
-
-    def make(command: str, devices: int = 1, max_duration_s: int | None = None, name: str = "job") -> Any:
-        spec = JobSpec(
-            name=name,
-            command=command,
-            num_devices=devices,
-            chip_model="910B4",
-            estimated_duration_s=1 if max_duration_s else 60,
-            max_duration_s=max_duration_s,
-        )
-        return submit_job(team=team, user=lead, spec=spec)
-
-    return make
+    return training_lead_submitter()
