@@ -27,20 +27,23 @@ test: setup browser slurm ## set up and run the whole suite
 	NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -n 2 $(PYTEST_ARGS)
 	@# The date-sensitive tests (marked clock) again at each fixed instant of tests/clock.py and at
 	@# three drawn at random (the seed is printed; NPUPORTAL_CLOCK_SEED repeats the draw).
-	@{ $(PY) -m tests.clock fixed && $(PY) -m tests.clock random; } | while IFS= read -r at; do \
+	@# Only the modules holding such tests are collected at each instant (tests.clock.files).
+	@files="$$($(PY) -m tests.clock files | tr '\n' ' ')"; \
+	{ $(PY) -m tests.clock fixed && $(PY) -m tests.clock random; } | while IFS= read -r at; do \
 	  echo "== tests marked clock at $$at (repeat: NPUPORTAL_TEST_CLOCK=\"$$at\" $(BIN)/pytest -m clock)"; \
-	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) < /dev/null || exit 1; \
+	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) $$files < /dev/null || exit 1; \
 	done
 
-# The date-sensitive tests at every instant of tests/clock.calendar_instants() (66: every day across a
+# The date-sensitive tests at every instant of tests/clock.calendar_instants() (65: every day across a
 # year end, both ends of every month, 29 February, DST days north and south); goes on past a failure
 # and ends with the count and the instants that failed.
 calendar: setup
 	@$(PY) -m tests.clock calendar > var/calendar-instants.txt; \
+	files="$$($(PY) -m tests.clock files | tr '\n' ' ')"; \
 	total=0; failed=""; \
 	while IFS= read -r at; do \
 	  total=$$((total + 1)); echo "== [$$total] tests marked clock at $$at"; \
-	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) < /dev/null || failed="$$failed$$at\n"; \
+	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) $$files < /dev/null || failed="$$failed$$at\n"; \
 	done < var/calendar-instants.txt; \
 	if [ -n "$$failed" ]; then \
 	  printf "== calendar: %s instants, these failed:\n$$failed" "$$total"; exit 1; \
