@@ -74,3 +74,20 @@ def test_the_poll_task_observes_through_the_executor(fake: FakeExecutor) -> None
     result = device_tasks.poll_agents()
     assert FakeExecutor.calls == [("observe",)]
     assert result["polled"] == 2 and result["finished"] == 1
+
+
+def test_an_unknown_executor_is_reported_by_the_system_checks(settings) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from devices.checks import UNKNOWN_EXECUTOR, check_executor
+
+    settings.NPUPORTAL_EXECUTOR = "slrum"
+    [error] = check_executor()
+    assert error.id == UNKNOWN_EXECUTOR
+    assert error.msg == "NPUPORTAL_EXECUTOR='slrum' names no executor"
+    assert error.hint == "set NPUPORTAL_EXECUTOR to one of: agents, slurm (default agents)"
+    with pytest.raises(SystemCheckError, match=r"devices\.E001.*'slrum' names no executor"):
+        call_command("check")
+    settings.NPUPORTAL_EXECUTOR = "slurm"
+    assert check_executor() == []
