@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from devices.executors.slurm import SlurmError
 from devices.models import Node
 from devices.services.registration import (
     CHIP_FIGURES,
@@ -29,6 +28,7 @@ from devices.services.registration import (
     sync_node,
 )
 from devices.slurm import survey
+from devices.slurm.commands import SlurmError
 from devices.slurm.survey import ASCEND_CHIP, NodeReport
 
 

@@ -4,7 +4,7 @@
 nodes, and the Slurm executor reads the nodes' states at each observation (a node Slurm drains or
 downs is drained or unreachable in the portal). Everything is read from Slurm's own commands' text
 output (``scontrol show node -o``, ``scontrol show partition -o``, ``scontrol ping``, ``sacct``) with
-the cluster's ``SLURM_CONF``, through :func:`devices.executors.slurm.run`: those are dependable on
+the cluster's ``SLURM_CONF``, through :func:`devices.slurm.commands.run`: those are dependable on
 Debian's Slurm 22.05, whose ``--json`` is not.
 
 :func:`survey` asks Slurm; :func:`assess` turns what it found into findings in words, and is pure,
@@ -17,7 +17,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-from devices.executors.slurm import COMMAND_TIMEOUT_S, SlurmError, parse_gres, run, slurm_env
+from devices.slurm.commands import COMMAND_TIMEOUT_S, SlurmError, key_values, parse_gres, run, slurm_env
 
 #: ``scontrol ping`` gives up on a controller that refuses the connection at once; other reads retry
 #: for seconds. So the controller is asked first, and nothing else is asked of a controller that is down.
@@ -128,15 +128,11 @@ class Survey:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def _fields(line: str) -> dict[str, str]:
-    return dict(re.findall(r"(\w+)=(\S*)", line))
-
-
 def parse_nodes(text: str) -> list[NodeReport]:
     """The nodes of ``scontrol show node -o`` (one line each)."""
     found = []
     for line in text.splitlines():
-        fields = _fields(line)
+        fields = key_values(line)
         if "NodeName" not in fields:
             continue
         reason = ""
@@ -161,7 +157,7 @@ def parse_partitions(text: str) -> list[Partition]:
     """The partitions of ``scontrol show partition -o``."""
     found = []
     for line in text.splitlines():
-        fields = _fields(line)
+        fields = key_values(line)
         if "PartitionName" in fields:
             found.append(
                 Partition(

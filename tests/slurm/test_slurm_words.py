@@ -11,9 +11,9 @@ from devices.executors.slurm import (
     SlurmExecutor,
     expand_indexes,
     outcome,
-    parse_gres,
     parse_sacct,
 )
+from devices.slurm.commands import parse_gres
 
 SACCT = """\
 11|COMPLETED|0:0|npu1|2026-12-03T17:52:29
