@@ -43,7 +43,8 @@ def slurm_cluster() -> Iterator[LocalCluster]:
     # Under /tmp itself, not pytest's 0700 folders: jobs run as another account read and write here.
     root = Path(tempfile.mkdtemp(prefix="npuportal-slurm-"))
     accounting = bool(shutil.which("mariadb") or shutil.which("mysql"))
-    cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=accounting)
+    # ReturnToService=1: a node a test sets DOWN stays down until it is resumed, as on a site.
+    cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=accounting, return_to_service=1)
     started = time.monotonic()
     try:
         try:
@@ -51,7 +52,7 @@ def slurm_cluster() -> Iterator[LocalCluster]:
         except ClusterError:
             if not accounting:
                 raise
-            cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=False)  # no MariaDB answering
+            cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=False, return_to_service=1)  # no MariaDB
             cluster.start()
     except ClusterError as exc:
         shutil.rmtree(root, ignore_errors=True)
