@@ -383,7 +383,8 @@ def sync_node(
         return NodeSync(done.node, "re-added" if done.reactivated else "added")
     wanted = {item.index: item for item in reported}
     existing = {d.index: d for d in Device.objects.select_for_update().filter(node=node)}
-    changes: list[str] = []
+    # What changed, grouped so that eight cards changing alike read as one phrase: (words) → card indexes.
+    said: dict[str, list[int]] = {}
     touched: list[Device] = []
     for index, item in sorted(wanted.items()):
         device = existing.get(index)
@@ -397,13 +398,13 @@ def sync_node(
                 ai_cpus=item.ai_cpus,
                 topology_group=item.topology_group,
             )
-            changes.append(f"card {index} added ({item.chip_model})")
+            said.setdefault(f"added ({item.chip_model})", []).append(index)
         elif device.chip_model != item.chip_model or not device.schedulable:
             if device.chip_model != item.chip_model:
-                changes.append(f"card {index} is {item.chip_model}, was {device.chip_model}")
+                said.setdefault("{is} " + f"{item.chip_model}, " + "{was} " + device.chip_model, []).append(index)
                 device.chip_model, device.ai_cores, device.ai_cpus = item.chip_model, item.ai_cores, item.ai_cpus
             if not device.schedulable:
-                changes.append(f"card {index} is back")
+                said.setdefault("{is} back", []).append(index)
                 device.schedulable = True
             device.save(update_fields=["chip_model", "ai_cores", "ai_cpus", "schedulable"])
         else:
@@ -413,8 +414,9 @@ def sync_node(
         if index not in wanted and device.schedulable:
             device.schedulable = False
             device.save(update_fields=["schedulable"])
-            changes.append(f"card {index} gone (kept, no longer scheduled)")
+            said.setdefault("gone (kept, no longer scheduled)", []).append(index)
             touched.append(device)
+    changes = [_card_words(indexes, words) for words, indexes in said.items()]
     if not changes:
         return NodeSync(node, "unchanged")
     for device in touched:
@@ -424,6 +426,18 @@ def sync_node(
         actor=actor, action="node.update", target=name, detail=f"from {source}: {'; '.join(changes)}"
     )
     return NodeSync(node, "changed", changes)
+
+
+def _card_words(indexes: list[int], words: str) -> str:
+    """``card 7 is 910B4, was 910B3`` / ``cards 0-7 are 910B4, were 910B3`` (``{is}``, ``{was}`` agree)."""
+    one = len(indexes) == 1
+    if one:
+        which = f"card {indexes[0]}"
+    elif indexes == list(range(indexes[0], indexes[-1] + 1)):
+        which = f"cards {indexes[0]}-{indexes[-1]}"
+    else:
+        which = "cards " + ",".join(map(str, indexes))
+    return f"{which} " + words.replace("{is}", "is" if one else "are").replace("{was}", "was" if one else "were")
 
 
 def running_jobs(node: Node) -> list[tuple[int, str]]:

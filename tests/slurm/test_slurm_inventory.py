@@ -164,3 +164,13 @@ def test_import_adds_and_updates_slurms_nodes_then_replace_removes_the_others(sl
     assert (gone.status, gone.cause) == ("removed", "node removed; removed: not in Slurm (slurm import --replace)")
     code, out, _ = slurm("import", "--replace")
     assert (code, out) == (0, "nothing to change: the portal's nodes are those of Slurm (3 unchanged)\n")
+    code, out, _ = slurm("import", "--chip", "910B3")
+    assert (code, out.splitlines()) == (
+        0,
+        [
+            "changed node ascend-b4-01: cards 0-7 are 910B3, were 910B4",
+            "changed node ascend-b4-02: cards 0-7 are 910B3, were 910B4",
+            "changed node ascend-b4-03: cards 0-7 are 910B3, were 910B4",
+            "import from Slurm: 3 changed",
+        ],
+    ), "--chip wins over Slurm's feature"
