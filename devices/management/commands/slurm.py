@@ -61,7 +61,7 @@ class Command(SubcommandCommand):
                 cards = f"{len(node.cards)} card(s), " if node.cards else ""
                 say(f"  {'':{width}}  {cards}{node.placement}")
         if found.sacct_ok:
-            say(f"accounting: {found.accounting_type or 'configured'}, reachable ({found.sacct})")
+            say(f"accounting: {found.accounting_type + ', ' if found.accounting_type else ''}reachable ({found.sacct})")
         elif found.accounting_type.endswith("/none"):
             say("accounting: none (AccountingStorageType=accounting_storage/none)")
         else:
