@@ -174,3 +174,28 @@ def test_import_adds_and_updates_slurms_nodes_then_replace_removes_the_others(sl
             "import from Slurm: 3 changed",
         ],
     ), "--chip wins over Slurm's feature"
+
+
+def test_a_node_slurm_names_no_chip_for_is_left_out_until_chip_is_given(db, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's answers stand in for a cluster whose nodes have no chip feature (no Slurm needed)."""
+    from devices.slurm import survey
+
+    lines = (
+        "NodeName=npu9 AvailableFeatures=ib Gres=npu:4 State=IDLE Partitions=main\n"
+        "NodeName=cpu1 AvailableFeatures=(null) Gres=(null) State=IDLE Partitions=main\n"
+    )
+    monkeypatch.setattr(survey, "ping", lambda: (True, "Slurmctld(primary) at vm is UP"))
+    monkeypatch.setattr(survey, "nodes", lambda: survey.parse_nodes(lines))
+    monkeypatch.setattr(survey, "partitions", lambda: [survey.Partition("main", True, "UP", "npu9,cpu1")])
+    code, out, err = slurm("import")
+    assert (code, err) == (1, "")
+    assert out.splitlines() == [
+        "skipped node cpu1: it declares no npu GRES (Gres=(none))",
+        "skipped node npu9: no chip model: its GRES type and features (ib) name none; give --chip",
+        "import from Slurm: 1 left out",
+    ]
+    assert not Node.objects.filter(name="npu9").exists()
+    code, out, _ = slurm("import", "--chip", "910B2")
+    assert code == 0
+    assert "added node npu9: 4 card(s) 0-3 (910B2), node-level placement, cards read back" in out.splitlines()
+    assert Device.objects.get(node__name="npu9", index=3).ai_cores == 24, "the chip's published figures"
