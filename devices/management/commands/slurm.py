@@ -3,8 +3,8 @@
 Both use the cluster's ``SLURM_CONF`` (``NPUPORTAL_SLURM_CONF``, else the process's own) and Slurm's
 commands on ``PATH``; docs/slurm.md has worked examples. Exit codes, as the other commands':
 0 ok (``check``: the portal can run jobs on this Slurm); 1 refused or not usable (the controller
-does not answer, no such partition, a node left out of the import or not yet removed); 2 usage error (an unknown
-``--chip``). A refusal is one line on stderr and changes nothing.
+does not answer, no such partition, a node left out of the import or not yet removed); 2 usage
+error (an unknown ``--chip``). A refusal is one line on stderr and changes nothing.
 """
 
 from __future__ import annotations
