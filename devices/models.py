@@ -20,6 +20,9 @@ class Node(models.Model):
     agent_token = models.CharField(max_length=200, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    #: The executor took the node out of service (Slurm drained it), not an operator: it follows the
+    #: executor back to ``ready`` (``devices.slurm.health``); an operator's cordon or drain stays until uncordoned.
+    state_from_executor = models.BooleanField(default=False)
     reachable = models.BooleanField(default=True)
     missed_polls = models.PositiveIntegerField(default=0)
     #: Polls answered in a row: an unreachable node takes work again only after ``AGENT_REJOIN_POLLS`` of them.

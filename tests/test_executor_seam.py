@@ -34,6 +34,9 @@ class FakeExecutor:
     def inventory(self) -> list[ServedNode]:
         return [ServedNode("f1", (0, 1))]
 
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+        self.calls.append(("set_node_service", node, in_service, reason))
+
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, settings) -> FakeExecutor:
@@ -74,3 +77,42 @@ def test_the_poll_task_observes_through_the_executor(fake: FakeExecutor) -> None
     result = device_tasks.poll_agents()
     assert FakeExecutor.calls == [("observe",)]
     assert result["polled"] == 2 and result["finished"] == 1
+
+
+def test_an_unknown_executor_is_reported_by_the_system_checks(settings) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from devices.checks import UNKNOWN_EXECUTOR, check_executor
+
+    settings.NPUPORTAL_EXECUTOR = "slrum"
+    [error] = check_executor()
+    assert error.id == UNKNOWN_EXECUTOR
+    assert error.msg == "NPUPORTAL_EXECUTOR='slrum' names no executor"
+    assert error.hint == "set NPUPORTAL_EXECUTOR to one of: agents, slurm (default agents)"
+    with pytest.raises(SystemCheckError, match=r"devices\.E001.*'slrum' names no executor"):
+        call_command("check")
+    settings.NPUPORTAL_EXECUTOR = "slurm"
+    assert check_executor() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cordon_drain_and_uncordon_are_told_to_the_executor_after_the_commit(fake: FakeExecutor) -> None:
+    from devices.models import Node
+    from devices.services.operations import cordon_node, drain_node, uncordon_node
+
+    Node.objects.create(name="f1")
+    cordon_node("f1", actor=None, reason="replace fan")
+    cordon_node("f1", actor=None)  # no change: nothing told
+    uncordon_node("f1", actor=None)
+    drain_node("f1", actor=None)
+    drain_node("f1", actor=None, by_executor=True)  # already drained
+    uncordon_node("f1", actor=None, by_executor=True)  # the executor asked: not told back
+    assert FakeExecutor.calls == [
+        ("set_node_service", "f1", False, "cordon: replace fan"),
+        ("set_node_service", "f1", True, "uncordon"),
+        ("set_node_service", "f1", False, "drain"),
+    ]
+    drain_node("f1", actor=None, by_executor=True, reason="Slurm: bad fan")
+    assert Node.objects.get(name="f1").state_from_executor, "the executor's drain is marked as the executor's"
+    assert len(FakeExecutor.calls) == 3

@@ -231,3 +231,18 @@ def test_delete_removes_an_idle_node_and_refuses_one_with_running_jobs_unless_dr
     assert client.get(f"/api/v1/nodes/{name}/").json()["removed_at"]
     assert client.delete(f"/api/v1/nodes/{name}/").status_code == 404
     assert client.delete("/api/v1/nodes/no-such-node/").status_code == 404
+
+
+def test_cordon_drain_and_uncordon_from_the_shell_say_what_changed(demo) -> None:
+    assert nodes("cordon", "ascend-b4-01", "--reason", "replace fan") == (
+        0,
+        "node ascend-b4-01: ready → cordoned\n",
+        "",
+    )
+    assert nodes("cordon", "ascend-b4-01")[1] == "node ascend-b4-01 is already cordoned: nothing changed\n"
+    assert (
+        AuditEvent.objects.filter(action="node.cordon", target="ascend-b4-01").last().detail.endswith(": replace fan")
+    )
+    assert nodes("uncordon", "ascend-b4-01")[1] == "node ascend-b4-01: cordoned → ready\n"
+    code, out, err = nodes("drain", "no-such-node")
+    assert (code, out, _one_line(err)) == (1, "", "no node named 'no-such-node' in the inventory")

@@ -13,7 +13,10 @@ The portal decides where a job runs (the tick writes its allocations) and record
   must not run. A run ended by the system rather than the job (its node went away, its agent shut
   down) is requeued as ``node_fail`` without counting a retry; a multi-node run completes when
   every node's part has succeeded, and fails with the part that failed first;
-- reports the **inventory** it serves: its nodes and their cards.
+- reports the **inventory** it serves: its nodes and their cards;
+- is told when an operator takes a node **out of service** in the portal or puts it back
+  (cordon, drain, uncordon), so that what it runs there follows: Slurm drains or resumes the node,
+  the agents need nothing (the portal places no work on it).
 
 Nothing outside an executor knows which one runs: callers take ``devices.executors.get_executor()``.
 """
@@ -76,6 +79,14 @@ class Executor(Protocol):
 
     def inventory(self) -> list[ServedNode]:
         """The nodes and cards this executor serves."""
+        ...
+
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+        """An operator cordoned or drained ``node`` (``in_service`` false) or uncordoned it, saying ``reason``.
+
+        Called after the portal's change is committed; a failure is logged, never raised: the
+        portal's state stands (it places no work on the node either way).
+        """
         ...
 
 

@@ -22,6 +22,9 @@ Every call has a timeout and none goes through a shell.
   ``node_fail`` without costing a retry, a cancel from outside the portal is ``Killed``. A Slurm job
   of ours the database no longer runs is cancelled.
 - **inventory**: the nodes and cards ``scontrol show node`` lists.
+- **nodes' service**: a node Slurm drains or downs is drained or unreachable in the portal at each
+  observation, and an operator's cordon, drain or uncordon in the portal drains or resumes the node
+  in Slurm (``devices.slurm.health``).
 
 Not yet (issue 28): multi-node jobs and vNPU slices (refused at launch, with the reason), jobs
 Slurm leaves pending after the portal started them, cards used by jobs submitted around the portal.
@@ -34,7 +37,6 @@ import os
 import pwd
 import re
 import shlex
-import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,6 +52,9 @@ from devices.agent.environment import build_job_env, identity_env
 from devices.agent.exit_words import exit_words
 from devices.agent.jobs import read_log
 from devices.executors.base import EVICT_GRACE_S, Observation, ServedNode, runs_ended
+from devices.slurm import survey
+from devices.slurm.commands import SlurmError, key_values, run
+from devices.slurm.health import reconcile, slurm_reason
 from npuportal.cluster_lock import lock_cluster
 from quotas.models import posix_account
 from scheduling import transitions
@@ -58,8 +63,6 @@ from scheduling.models import Allocation, Job
 
 log = logging.getLogger(__name__)
 
-#: Seconds any one Slurm command may take before it counts as failed (the controller is down, say).
-COMMAND_TIMEOUT_S = 30.0
 #: What the ``--comment`` of a job the portal submitted looks like: its job id and attempt.
 COMMENT_RE = re.compile(r"npuportal:([0-9]+):([0-9]+)")
 #: Slurm's states of a job that is not over (``squeue``'s default listing holds only these).
@@ -89,43 +92,8 @@ unset _npu_idx _npu_list _npu_parts _p _i
 """
 
 
-class SlurmError(RuntimeError):
-    """A Slurm command failed, timed out or is missing; the message is its own words."""
-
-
 # --------------------------------------------------------------------------------------------------
 # the commands
-
-
-def slurm_env() -> dict[str, str]:
-    """This process's environment with the cluster's ``SLURM_CONF`` (the setting wins over the environment)."""
-    env = dict(os.environ)
-    conf = getattr(settings, "NPUPORTAL_SLURM_CONF", "") or env.get("SLURM_CONF", "")
-    if conf:
-        env["SLURM_CONF"] = conf
-    return env
-
-
-def run(argv: Sequence[str], *, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> str:
-    """Run one Slurm command (no shell) and return its standard output; :class:`SlurmError` otherwise."""
-    try:
-        done = subprocess.run(
-            list(argv),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env=slurm_env(),
-        )
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{argv[0]} did not answer within {timeout:.0f} s") from None
-    except OSError as exc:
-        raise SlurmError(f"{argv[0]}: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        why = (done.stderr or done.stdout).strip().splitlines()
-        raise SlurmError(f"{argv[0]}: {why[-1] if why else f'exit status {done.returncode}'}")
-    return done.stdout
 
 
 @dataclass(frozen=True)
@@ -226,7 +194,7 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
         if slurm_id in found and found[slurm_id].base_state not in ACTIVE_STATES:
             continue
         try:
-            fields = _fields(run(["scontrol", "show", "job", "-o", slurm_id]))
+            fields = key_values(run(["scontrol", "show", "job", "-o", slurm_id]))
         except SlurmError as exc:
             if "invalid job id" in str(exc).lower() and slurm_id not in found:
                 found[slurm_id] = EndedJob(slurm_id, LOST, 0, 0, "", None)  # neither accounted for nor remembered
@@ -236,11 +204,6 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
         if state and state not in ACTIVE_STATES:
             found[slurm_id] = EndedJob(slurm_id, state, code, sig, fields.get("NodeList", ""), _when(fields["EndTime"]))
     return found
-
-
-def _fields(line: str) -> dict[str, str]:
-    """``Key=value`` pairs of one line of ``scontrol show … -o`` (a value ends at the next space)."""
-    return dict(re.findall(r"(\w+)=(\S*)", line))
 
 
 def expand_indexes(text: str) -> list[int]:
@@ -274,34 +237,9 @@ class SlurmNodeLayout:
     state: str
 
 
-def parse_gres(text: str) -> tuple[tuple[int, ...], bool]:
-    """``(cards, per card)`` of a node's ``Gres=``: ``npu:c0:1,npu:c1:1`` → ``((0, 1), True)``, ``npu:8`` → 8 cards."""
-    typed: list[int] = []
-    count = 0
-    per_card = True
-    for item in text.split(","):
-        parts = re.sub(r"\(.*?\)", "", item).split(":")
-        if parts[0] != "npu":
-            continue
-        if len(parts) == 3 and re.fullmatch(r"c[0-9]+", parts[1]) and parts[2] == "1":
-            typed.append(int(parts[1][1:]))
-        else:
-            per_card = False
-            count += int(parts[-1]) if parts[-1].isdigit() else 0
-    if typed and per_card:
-        return tuple(sorted(typed)), True
-    return tuple(range(count + len(typed))), False
-
-
 def node_layouts() -> dict[str, SlurmNodeLayout]:
-    """Slurm's nodes by name (``scontrol show node -o``)."""
-    found: dict[str, SlurmNodeLayout] = {}
-    for line in run(["scontrol", "show", "node", "-o"]).splitlines():
-        fields = _fields(line)
-        if "NodeName" in fields:
-            cards, per_card = parse_gres(fields.get("Gres", ""))
-            found[fields["NodeName"]] = SlurmNodeLayout(fields["NodeName"], cards, per_card, fields.get("State", ""))
-    return found
+    """Slurm's nodes by name (``scontrol show node -o``, read by :func:`devices.slurm.survey.nodes`)."""
+    return {n.name: SlurmNodeLayout(n.name, n.cards, n.per_card, n.state) for n in survey.nodes()}
 
 
 #: A job Slurm has run for less than this may not have its processes yet: Slurm shows it ``RUNNING``
@@ -639,6 +577,9 @@ class SlurmExecutor:
             summary.errors["slurm"] = str(exc)
             return summary
         summary.polled = 1
+        pushes = self._follow_nodes(
+            summary
+        )  # first: a node Slurm has down requeues its jobs, whose runs are then stale
         rows = list(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", "agent_job_id"))
         attempts = current_attempts(pk for pk, _ in rows)
         gone = [sid for _, sid in rows if sid and sid not in active]
@@ -672,6 +613,8 @@ class SlurmExecutor:
         if relaunch:
             self.launch(relaunch)
             summary.relaunched.extend(relaunch)
+        for node, in_service, reason in pushes:
+            self.set_node_service(node, in_service=in_service, reason=reason)
         if summary.finished or summary.requeued:
             runs_ended(summary.finished + summary.requeued)
         return summary
@@ -720,9 +663,39 @@ class SlurmExecutor:
         summary.finished.append(job_id)
         log.info("Slurm job %s of job %s ended %s (%s)", slurm_id, job_id, state, exit_words(code))
 
-    # -- inventory ----------------------------------------------------------------------------------
+    # -- inventory and the nodes' service ----------------------------------------------------------
     def inventory(self) -> list[ServedNode]:
         return [ServedNode(n.name, n.cards) for n in sorted(node_layouts().values(), key=lambda n: n.name)]
+
+    def _follow_nodes(self, summary: Observation) -> list[tuple[str, bool, str]]:
+        """Nodes Slurm drained, resumed, downed or has up again, followed in the portal (``devices.slurm.health``).
+
+        Returns what Slurm still needs to be told of the portal's own cordons and uncordons.
+        """
+        try:
+            reports = survey.nodes()
+        except SlurmError as exc:
+            summary.errors["nodes"] = str(exc)
+            return []
+        return reconcile(reports, summary)
+
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+        """Drain ``node`` in Slurm (``Reason="npuportal: <reason>"``), or resume it if Slurm has it drained.
+
+        Slurm refuses ``State=RESUME`` for a node that is not drained or down, so it is asked first.
+        """
+        try:
+            if in_service:
+                found = [n for n in survey.parse_nodes(run(["scontrol", "show", "node", "-o", node])) if n.name == node]
+                if not found or not found[0].drained:
+                    return
+                run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+                log.info("node %s resumed in Slurm: %s", node, reason)
+            else:
+                run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={slurm_reason(reason)}"])
+                log.info("node %s drained in Slurm: %s", node, reason)
+        except SlurmError as exc:
+            log.warning("could not %s node %s in Slurm: %s", "resume" if in_service else "drain", node, exc)
 
     # -- output -------------------------------------------------------------------------------------
     def output_reader(self, node: str) -> SlurmOutput:

@@ -13,6 +13,12 @@ The tick reads ``Node.state`` (only ``ready`` nodes get new work), so a change
 takes effect at the next tick. Asking for the state a node is already in
 changes nothing and writes no audit event, so scripts may repeat themselves.
 
+What runs the jobs is told after the commit (``Executor.set_node_service``): with Slurm a cordon
+or drain is ``scontrol update State=DRAIN``, an uncordon ``State=RESUME``; the agents need nothing.
+An operation the executor itself asked for (Slurm drained the node: ``by_executor``) is not sent
+back to it, and marks the node's state as the executor's (``Node.state_from_executor``), so that
+the executor's return to service brings the node back, while an operator's cordon stays.
+
 A removed node (``manage.py nodes remove``) is read-only: its rows stay for their history, and
 each of these refuses it with :class:`NodeRemoved`, which says when it was removed.
 """
@@ -25,6 +31,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from devices.executors import get_executor
 from devices.models import Node
 from devices.services import inventory
 from devices.services.draining import mark_drained
@@ -63,8 +70,13 @@ def _running_jobs(node: Node) -> int:
     )
 
 
-def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser | None, reason: str) -> NodeOperation:
-    """Move node ``name`` to ``target`` and audit it. Raises ``Node.DoesNotExist``, or :class:`NodeRemoved`."""
+def _set_state(
+    name: str, target: str, action: str, *, actor: AbstractBaseUser | None, reason: str, by_executor: bool = False
+) -> NodeOperation:
+    """Move node ``name`` to ``target``, audit it, and tell the executor after the commit (unless it asked).
+
+    Raises ``Node.DoesNotExist``, or :class:`NodeRemoved`.
+    """
     node = Node.objects.select_for_update().get(name=name)
     if node.removed_at is not None:
         raise NodeRemoved(node)
@@ -72,7 +84,8 @@ def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser |
     if previous == target or (target == Node.State.DRAINING and previous == Node.State.DRAINED):
         return NodeOperation(node=node, changed=False, previous=previous)
     node.state = target
-    node.save(update_fields=["state"])
+    node.state_from_executor = by_executor and target != Node.State.READY
+    node.save(update_fields=["state", "state_from_executor"])
     running = _running_jobs(node)
     detail = f"{previous} → {target}; {running} running job(s) on it"
     if target == Node.State.DRAINING and running:
@@ -85,26 +98,39 @@ def _set_state(name: str, target: str, action: str, *, actor: AbstractBaseUser |
     devices = list(node.devices.all())
     for device in devices:
         device.node = node
-    inventory.record(devices, cause=f"{verb}: {reason}" if reason else verb)
+    cause = f"{verb}: {reason}" if reason else verb
+    inventory.record(devices, cause=cause)
+    if not by_executor:
+        in_service = target == Node.State.READY
+        # robust: the operation stands whatever the executor says; it logs its own failure.
+        transaction.on_commit(
+            lambda: get_executor().set_node_service(name, in_service=in_service, reason=cause), robust=True
+        )
     return NodeOperation(node=node, changed=True, previous=previous)
 
 
 @transaction.atomic
-def cordon_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
+def cordon_node(
+    name: str, *, actor: AbstractBaseUser | None, reason: str = "", by_executor: bool = False
+) -> NodeOperation:
     """No new work on the node; running work stays."""
-    return _set_state(name, Node.State.CORDONED, "node.cordon", actor=actor, reason=reason)
+    return _set_state(name, Node.State.CORDONED, "node.cordon", actor=actor, reason=reason, by_executor=by_executor)
 
 
 @transaction.atomic
-def drain_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
+def drain_node(
+    name: str, *, actor: AbstractBaseUser | None, reason: str = "", by_executor: bool = False
+) -> NodeOperation:
     """No new work on the node; running work finishes there, then the node is ``drained``."""
-    result = _set_state(name, Node.State.DRAINING, "node.drain", actor=actor, reason=reason)
+    result = _set_state(name, Node.State.DRAINING, "node.drain", actor=actor, reason=reason, by_executor=by_executor)
     if result.changed and mark_drained():
         result.node.refresh_from_db(fields=["state"])
     return result
 
 
 @transaction.atomic
-def uncordon_node(name: str, *, actor: AbstractBaseUser | None, reason: str = "") -> NodeOperation:
+def uncordon_node(
+    name: str, *, actor: AbstractBaseUser | None, reason: str = "", by_executor: bool = False
+) -> NodeOperation:
     """The node takes new work again (from cordoned, draining or down)."""
-    return _set_state(name, Node.State.READY, "node.uncordon", actor=actor, reason=reason)
+    return _set_state(name, Node.State.READY, "node.uncordon", actor=actor, reason=reason, by_executor=by_executor)

@@ -156,38 +156,54 @@ def _apply_missed(
     node.missed_polls += 1
     node.answered_polls = 0
     node.last_poll_error = result.error[:500]
-    fields = ["missed_polls", "answered_polls", "last_poll_error"]
     log.info("poll of node %s failed (%s in a row): %s", node.name, node.missed_polls, result.error)
+    node.save(update_fields=["missed_polls", "answered_polls", "last_poll_error"])
     if node.reachable and node.missed_polls >= t.missed_polls:
-        node.reachable = False
-        fields.append("reachable")
-        HealthEvent.objects.create(
-            node=node,
-            at=now,
-            from_health="reachable",
-            to_health="unreachable",
-            reason=f"missed {node.missed_polls} polls in a row; last error: {result.error}"[:500],
-        )
         log.warning("node %s unreachable after %s missed polls: %s", node.name, node.missed_polls, result.error)
-    node.save(update_fields=fields)
-    if "reachable" in fields:
-        _record_node(node, now, f"missed {node.missed_polls} polls in a row")
+        mark_unreachable(
+            node,
+            at=now,
+            reason=f"missed {node.missed_polls} polls in a row; last error: {result.error}",
+            cause=f"missed {node.missed_polls} polls in a row",
+        )
     if node.reachable:
         return
     # Usage is charged up to the last poll the node answered: after it nobody knows what ran.
-    # Its agent or the node went away, which says nothing of the job: no retry is counted.
-    at = node.last_heartbeat or now
+    requeue_jobs_on(
+        node,
+        f"node {node.name} stopped answering ({node.missed_polls} polls missed; last error: {result.error})",
+        node.last_heartbeat or now,
+        summary,
+        actions,
+    )
+
+
+def mark_unreachable(node: Node, *, at: datetime, reason: str, cause: str) -> None:
+    """``node`` goes ``reachable → unreachable``: its health event and inventory history, in the caller's transaction.
+
+    The agents' poll calls it after missed polls, the Slurm executor when Slurm says the node is down.
+    """
+    node.reachable = False
+    node.save(update_fields=["reachable"])
+    HealthEvent.objects.create(node=node, at=at, from_health="reachable", to_health="unreachable", reason=reason[:500])
+    _record_node(node, at, cause)
+
+
+def mark_reachable(node: Node, *, at: datetime, reason: str, cause: str) -> None:
+    """``node`` is back (``unreachable → reachable``): it takes work again; its event and inventory history."""
+    node.reachable = True
+    node.save(update_fields=["reachable"])
+    HealthEvent.objects.create(node=node, at=at, from_health="unreachable", to_health="reachable", reason=reason[:500])
+    _record_node(node, at, cause)
+
+
+def requeue_jobs_on(node: Node, detail: str, at: datetime, summary: PollSummary, actions: Actions) -> None:
+    """Requeue every job running on an unreachable ``node`` (``NodeUnreachable``) and stop it wherever it runs.
+
+    Its node or agent went away, which says nothing of the job: no retry is counted.
+    """
     for job_id in running_jobs_on(node.pk):
-        requeue_and_stop(
-            job_id,
-            "NodeUnreachable",
-            f"node {node.name} stopped answering ({node.missed_polls} polls missed; last error: {result.error})",
-            at,
-            summary,
-            actions,
-            skip_node=node.pk,
-            count_retry=False,
-        )
+        requeue_and_stop(job_id, "NodeUnreachable", detail, at, summary, actions, skip_node=node.pk, count_retry=False)
 
 
 def _apply_answer(node: Node, result: PollResult, now: datetime, t: hm.Thresholds) -> None:
@@ -203,14 +219,7 @@ def _apply_answer(node: Node, result: PollResult, now: datetime, t: hm.Threshold
     rejoined = False
     if not node.reachable:
         if node.answered_polls >= t.node_rejoin_polls:
-            node.reachable = rejoined = True
-            HealthEvent.objects.create(
-                node=node,
-                at=now,
-                from_health="unreachable",
-                to_health="reachable",
-                reason=f"the agent answered {node.answered_polls} polls in a row after being unreachable",
-            )
+            rejoined = True
             log.warning("node %s is reachable again", node.name)
         else:
             log.info(
@@ -223,9 +232,14 @@ def _apply_answer(node: Node, result: PollResult, now: datetime, t: hm.Threshold
     node.missed_polls = 0
     node.last_heartbeat = result.fetched_at
     node.last_poll_error = f"device readings: {body_error}"[:500] if body_error else ""
-    node.save(update_fields=["missed_polls", "answered_polls", "reachable", "last_heartbeat", "last_poll_error"])
+    node.save(update_fields=["missed_polls", "answered_polls", "last_heartbeat", "last_poll_error"])
     if rejoined:
-        _record_node(node, now, "the agent answers again")
+        mark_reachable(
+            node,
+            at=now,
+            reason=f"the agent answered {node.answered_polls} polls in a row after being unreachable",
+            cause="the agent answers again",
+        )
 
 
 def _apply_devices(

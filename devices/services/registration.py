@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -259,7 +260,7 @@ def register_node(
     validate(name, agent_url, token)
     _check_free(name)  # before the agent is asked: a duplicate is refused without a network call
     reported, templates = ask_agent(name, agent_url, token)
-    return _store(name, agent_url, token, reported, templates, actor=actor, labels=labels, at=at)
+    return _store(name, agent_url, token, reported, templates, actor=actor, labels=labels, at=at, source=agent_url)
 
 
 @transaction.atomic
@@ -273,7 +274,9 @@ def _store(
     actor: AbstractBaseUser | None,
     labels: dict[str, Any] | None,
     at: datetime | None,
+    source: str,
 ) -> Registration:
+    """Write the node and its cards; ``source`` says where they were read (an agent's URL, Slurm)."""
     at = at or timezone.now()
     old = _check_free(name)  # again, inside the transaction: another add may have won meanwhile
     if old is None:
@@ -327,15 +330,114 @@ def _store(
     for device in devices:
         device.node = node
     verb = "rejoined" if old is not None else "joined"
-    inventory.record(devices, at=at, cause=f"{verb}: registered from {agent_url}")
+    inventory.record(devices, at=at, cause=f"{verb}: registered from {source}")
     AuditEvent.objects.create(
         actor=actor,
         action="node.add",
         target=name,
         detail=f"{verb} with {len(reported)} device(s) ({', '.join(sorted({r.chip_model for r in reported}))}) "
-        f"from {agent_url}",
+        f"from {source}",
     )
     return Registration(node=node, reactivated=old is not None, devices=len(reported))
+
+
+@dataclass(frozen=True)
+class NodeSync:
+    """What :func:`sync_node` did to a node: ``added``, ``re-added``, ``changed`` (``changes``: how), ``unchanged``."""
+
+    node: Node
+    outcome: str
+    changes: list[str] = field(default_factory=list)
+
+
+def reported_cards(indexes: Iterable[int], chip_model: str) -> list[ReportedDevice]:
+    """Cards known by index and chip model only (what Slurm says of a node): the chip's published figures."""
+    cores, cpus = CHIP_FIGURES.get(chip_model, (0, 0))
+    return [ReportedDevice(i, chip_model[:50], 0, cores, cpus, "") for i in sorted(set(indexes))]
+
+
+@transaction.atomic
+def sync_node(
+    name: str,
+    reported: list[ReportedDevice],
+    *,
+    source: str,
+    actor: AbstractBaseUser | None,
+    at: datetime | None = None,
+) -> NodeSync:
+    """Make node ``name`` hold exactly the ``reported`` cards, as another inventory (Slurm) lists them.
+
+    A new name (or a removed node's) is added as :func:`register_node` adds one, without an agent.
+    A node in the inventory keeps its state, agent and readings; a card it lacks is added, a card
+    whose chip model differs takes the new one, a card no longer reported stops being scheduled (its
+    rows stay, as when an agent stops reporting one) and one reported again is scheduled again.
+    Nothing is written when nothing differs, so a repeated import adds no history.
+    """
+    problem = name_problem(name)
+    if problem:
+        raise RegistrationError(problem, kind="invalid", field="name")
+    at = at or timezone.now()
+    node = Node.objects.select_for_update().filter(name=name).first()
+    if node is None or node.removed_at is not None:
+        done = _store(name, "", "", reported, [], actor=actor, labels=None, at=at, source=source)
+        return NodeSync(done.node, "re-added" if done.reactivated else "added")
+    wanted = {item.index: item for item in reported}
+    existing = {d.index: d for d in Device.objects.select_for_update().filter(node=node)}
+    # What changed, grouped so that eight cards changing alike read as one phrase: (words) → card indexes.
+    said: dict[str, list[int]] = {}
+    touched: list[Device] = []
+    for index, item in sorted(wanted.items()):
+        device = existing.get(index)
+        if device is None:
+            device = Device.objects.create(
+                node=node,
+                index=index,
+                chip_model=item.chip_model,
+                hbm_mb=item.hbm_mb,
+                ai_cores=item.ai_cores,
+                ai_cpus=item.ai_cpus,
+                topology_group=item.topology_group,
+            )
+            said.setdefault(f"added ({item.chip_model})", []).append(index)
+        elif device.chip_model != item.chip_model or not device.schedulable:
+            if device.chip_model != item.chip_model:
+                said.setdefault("{is} " + f"{item.chip_model}, " + "{was} " + device.chip_model, []).append(index)
+                device.chip_model, device.ai_cores, device.ai_cpus = item.chip_model, item.ai_cores, item.ai_cpus
+            if not device.schedulable:
+                said.setdefault("{is} back", []).append(index)
+                device.schedulable = True
+            device.save(update_fields=["chip_model", "ai_cores", "ai_cpus", "schedulable"])
+        else:
+            continue
+        touched.append(device)
+    for index, device in sorted(existing.items()):
+        if index not in wanted and device.schedulable:
+            device.schedulable = False
+            device.save(update_fields=["schedulable"])
+            said.setdefault("gone (kept, no longer scheduled)", []).append(index)
+            touched.append(device)
+    changes = [_card_words(indexes, words) for words, indexes in said.items()]
+    if not changes:
+        return NodeSync(node, "unchanged")
+    for device in touched:
+        device.node = node
+    inventory.record(touched, at=at, cause=f"changed: read from {source}")
+    AuditEvent.objects.create(
+        actor=actor, action="node.update", target=name, detail=f"from {source}: {'; '.join(changes)}"
+    )
+    return NodeSync(node, "changed", changes)
+
+
+def _card_words(indexes: list[int], words: str) -> str:
+    """``card 7 is 910B4, was 910B3`` / ``cards 0-7 are 910B4, were 910B3`` (``{is}``, ``{was}`` agree)."""
+    one = len(indexes) == 1
+    if one:
+        which = f"card {indexes[0]}"
+    elif indexes == list(range(indexes[0], indexes[-1] + 1)):
+        which = f"cards {indexes[0]}-{indexes[-1]}"
+    else:
+        which = "cards " + ",".join(map(str, indexes))
+    return f"{which} " + words.replace("{is}", "is" if one else "are").replace("{was}", "was" if one else "were")
 
 
 def running_jobs(node: Node) -> list[tuple[int, str]]:

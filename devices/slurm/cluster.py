@@ -105,6 +105,9 @@ class LocalCluster:
     name: str = "npuportal"
     accounting: bool = True
     partition: str = "main"
+    #: Slurm's ``ReturnToService``: 2 brings a node an administrator set DOWN back as soon as its
+    #: slurmd registers again; 1 (Slurm's default) keeps it down until ``State=RESUME``.
+    return_to_service: int = 2
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     database: str = ""
@@ -253,7 +256,7 @@ class LocalCluster:
             "SelectTypeParameters=CR_Core",
             "GresTypes=npu",
             "MinJobAge=600",
-            "ReturnToService=2",
+            f"ReturnToService={self.return_to_service}",
             "MpiDefault=none",
             "KillWait=5",
             "InactiveLimit=0",

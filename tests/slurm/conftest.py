@@ -21,6 +21,7 @@ import pytest
 from devices.slurm.cluster import ClusterError, LocalCluster, SlurmNode, missing_commands
 from tests.conftest import training_lead_submitter
 from tests.test_lifecycle_harness import eager_celery
+from tests.waiting import wait_for
 
 __all__ = ["eager_celery"]
 
@@ -42,7 +43,8 @@ def slurm_cluster() -> Iterator[LocalCluster]:
     # Under /tmp itself, not pytest's 0700 folders: jobs run as another account read and write here.
     root = Path(tempfile.mkdtemp(prefix="npuportal-slurm-"))
     accounting = bool(shutil.which("mariadb") or shutil.which("mysql"))
-    cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=accounting)
+    # ReturnToService=1: a node a test sets DOWN stays down until it is resumed, as on a site.
+    cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=accounting, return_to_service=1)
     started = time.monotonic()
     try:
         try:
@@ -50,7 +52,7 @@ def slurm_cluster() -> Iterator[LocalCluster]:
         except ClusterError:
             if not accounting:
                 raise
-            cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=False)  # no MariaDB answering
+            cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=False, return_to_service=1)  # no MariaDB
             cluster.start()
     except ClusterError as exc:
         shutil.rmtree(root, ignore_errors=True)
@@ -78,6 +80,7 @@ def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -
     settings.NPUPORTAL_EXECUTOR = "slurm"
     settings.NPUPORTAL_SLURM_CONF = str(slurm_cluster.conf)
     settings.NPUPORTAL_SLURM_OUTPUT_DIR = str(slurm_cluster.root / "out")
+    in_service(slurm_cluster)
     node = Node.objects.create(name=COUNT_NODE, labels={"rack": "r1"})
     for device in Device.objects.filter(node__name="ascend-b4-01").order_by("index"):
         Device.objects.create(
@@ -93,6 +96,26 @@ def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -
         lead = get_user_model().objects.get(username="lead-training")
         UserProfile.objects.update_or_create(user=lead, defaults={"posix_user": "nobody"})
     return slurm_cluster
+
+
+def in_service(cluster: LocalCluster) -> None:
+    """Every node of the session's cluster back in service: a test before may have drained or downed one.
+
+    The database starts afresh with each test, Slurm does not: a drain the portal or a test left
+    would hold the next test's jobs pending.
+    """
+    from devices.slurm import survey
+    from devices.slurm.commands import run
+
+    for node in survey.nodes():
+        if node.drained or node.down:
+            run(["scontrol", "update", f"NodeName={node.name}", "State=RESUME"])
+    wait_for(
+        survey.nodes,
+        until=lambda nodes: all(not (n.drained or n.down) for n in nodes),
+        interval=0.2,
+        message="every Slurm node back in service",
+    )
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from devices.executors.slurm import (
     SlurmExecutor,
     expand_indexes,
     outcome,
-    parse_gres,
     parse_sacct,
 )
+from devices.slurm.commands import parse_gres
 
 SACCT = """\
 11|COMPLETED|0:0|npu1|2026-12-03T17:52:29
@@ -73,3 +73,57 @@ def test_slurm_is_an_executor_selected_by_its_name(settings) -> None:  # type: i
     executor = get_executor()
     assert isinstance(executor, SlurmExecutor) and isinstance(executor, Executor)
     assert executor.name == "slurm"
+
+
+NODE_LINES = (
+    "NodeName=npu1 Arch=x86_64 AvailableFeatures=910B4,ib ActiveFeatures=910B4,ib Gres=npu:c0:1,npu:c1:1 "
+    "OS=Linux 6.1 #1 SMP State=MIXED+DRAIN Partitions=main,debug "
+    "Reason=npuportal: replace fan [root@2026-12-03T21:30:16]\n"
+    "NodeName=npu2 AvailableFeatures=(null) Gres=npu:910B3:8 State=DOWN+NOT_RESPONDING Partitions=main "
+    "Reason=Not responding [slurm@2026-12-03T21:30:16]\n"
+    "NodeName=cpu1 AvailableFeatures=ib Gres=(null) State=IDLE Partitions=main\n"
+)
+
+
+def test_a_nodes_state_reason_features_and_chip_are_read_from_scontrol() -> None:
+    from devices.slurm.survey import chip_of, parse_nodes
+
+    npu1, npu2, cpu1 = parse_nodes(NODE_LINES)
+    assert (npu1.reason, npu1.features, npu1.partitions) == (
+        "npuportal: replace fan",
+        ("910B4", "ib"),
+        ("main", "debug"),
+    )
+    assert npu1.drained and npu1.drained_by_portal and not npu1.down and npu1.per_card
+    assert chip_of(npu1) == "910B4"
+    assert npu2.down and not npu2.drained and npu2.reason == "Not responding"
+    assert (npu2.cards, npu2.per_card, chip_of(npu2)) == (tuple(range(8)), False, "910B3"), (
+        "the GRES type names the chip"
+    )
+    assert (cpu1.gres, cpu1.cards, chip_of(cpu1), cpu1.reason) == ("", (), "", "")
+    assert cpu1.placement == "no npu GRES: the portal cannot place jobs on it"
+
+
+def test_what_is_wrong_is_said_and_only_problems_make_slurm_unusable() -> None:
+    from devices.slurm.survey import Finding, Partition, Survey, assess, parse_nodes
+
+    npu1, npu2, cpu1 = parse_nodes(NODE_LINES)
+    found = Survey(conf="/etc/slurm/slurm.conf", version="22.05.8", controller_up=True, controller="UP")
+    found.nodes, found.partitions = [npu1, npu2, cpu1], [Partition("main", True, "UP", "npu[1-2],cpu1")]
+    found.accounting_type, found.sacct = "accounting_storage/slurmdbd", "sacct: Connection refused"
+    assert assess(found) == [
+        Finding("warning", "node npu1 is drained (MIXED+DRAIN): npuportal: replace fan"),
+        Finding("warning", "node npu2 is DOWN+NOT_RESPONDING: Not responding"),
+        Finding("warning", "node cpu1 declares no npu GRES (Gres=(none)): not used"),
+        Finding(
+            "warning",
+            "sacct does not answer (sacct: Connection refused): how jobs ended is read from the controller meanwhile",
+        ),
+    ]
+    found.nodes = [cpu1]
+    assert assess(found, partition="gpu")[:2] == [
+        Finding(
+            "problem", "no node declares an npu GRES (Gres=npu:c0:1,… or Gres=npu:8): the portal has no card to place"
+        ),
+        Finding("problem", "NPUPORTAL_SLURM_PARTITION='gpu' is no partition of this cluster (main)"),
+    ]

@@ -1,4 +1,8 @@
-"""``manage.py nodes``: add a node from its agent, remove one, list the inventory (docs/nodes.md).
+"""``manage.py nodes``: add a node from its agent, remove one, cordon, drain or uncordon one, list them (docs/nodes.md).
+
+Cordon, drain and uncordon are the console's and the API's operations
+(:mod:`devices.services.operations`), so a script on the server needs no token; with the Slurm
+executor each one is carried to Slurm too (``scontrol update State=DRAIN`` / ``State=RESUME``).
 
 Exit codes, as the other commands' (:mod:`npuportal.commandline`): 0 ok; 1 refused (a duplicate
 name, an agent that does not answer or refuses the token, jobs running on the node, no such node);
@@ -15,6 +19,7 @@ from django.core.management.base import CommandParser
 from django.db.models import Count
 
 from devices.models import Node
+from devices.services import operations
 from devices.services.registration import RegistrationError, describe_jobs, register_node, remove_node
 from quotas.management.subcommands import Exit, SubcommandCommand, read_text_file
 
@@ -36,6 +41,14 @@ class Command(SubcommandCommand):
             "--drain", action="store_true", help="jobs running: drain the node now; run remove again once it is drained"
         )
         p.add_argument("--reason", default="", help="why (kept in the inventory history and the audit log)")
+        for verb, what in (
+            ("cordon", "no new work on the node; what runs there stays"),
+            ("drain", "no new work; what runs there finishes, then the node is drained"),
+            ("uncordon", "the node takes new work again"),
+        ):
+            p = sub.add_parser(verb, help=what)
+            p.add_argument("name")
+            p.add_argument("--reason", default="", help="why (kept in the inventory history and the audit log)")
         p = sub.add_parser("list", help="every node with its devices and state")
         p.add_argument("--removed", action="store_true", help="also the removed nodes")
         p.add_argument("--json", action="store_true")
@@ -69,6 +82,25 @@ class Command(SubcommandCommand):
             f"node {done.node.name} is {done.node.state}: {len(done.running)} job(s) still run there "
             f"({describe_jobs(done.running)}); run `manage.py nodes remove {done.node.name}` again once it is drained"
         )
+
+    def _operate(self, opts: dict[str, Any]) -> None:
+        use_case = {
+            "cordon": operations.cordon_node,
+            "drain": operations.drain_node,
+            "uncordon": operations.uncordon_node,
+        }[opts["action"]]
+        try:
+            done = use_case(opts["name"], actor=None, reason=opts["reason"])
+        except Node.DoesNotExist as exc:
+            raise self._fail(f"no node named {opts['name']!r} in the inventory", REFUSED) from exc
+        except operations.NodeRemoved as exc:
+            raise self._fail(str(exc), REFUSED) from exc
+        if done.changed:
+            self.stdout.write(f"node {done.node.name}: {done.previous} → {done.node.state}")
+        else:
+            self.stdout.write(f"node {done.node.name} is already {done.node.state}: nothing changed")
+
+    do_cordon = do_drain = do_uncordon = _operate
 
     def do_list(self, opts: dict[str, Any]) -> None:
         nodes = Node.objects.annotate(devices_total=Count("devices")).order_by("name")
