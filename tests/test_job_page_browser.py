@@ -60,7 +60,7 @@ def test_a_batch_script_submitted_on_the_form_runs_with_its_directives(cluster, 
     warning = page.get_by_role("status").filter(has_text="directives not honoured")
     expect(warning).to_contain_text("--partition=debug (line 6: no partitions here")
     expect(page.locator("#job-spec")).to_contain_text("2 910B4")
-    expect(page.locator("#job-time")).to_contain_text("stopped after 10m")
+    expect(page.locator("#job-time")).to_contain_text("time limit 10m, stopped when reached")
     expect(page.locator("#job-command")).to_contain_text("#SBATCH --gres=npu:2 --time=00:10:00")
     snap(page, "submitted, one warning line")
 
