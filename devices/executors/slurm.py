@@ -170,6 +170,7 @@ class EndedJob:
     signal: int
     nodes: str
     ended_at: datetime | None
+    started_at: datetime | None = None
 
     @property
     def base_state(self) -> str:
@@ -199,7 +200,7 @@ def _when(text: str) -> datetime | None:
 
 
 def parse_sacct(text: str) -> dict[str, EndedJob]:
-    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,End`` lines by job id."""
+    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,End,Start`` lines by job id (``Start`` may be left out)."""
     found: dict[str, EndedJob] = {}
     for line in text.splitlines():
         parts = line.split("|")
@@ -207,7 +208,8 @@ def parse_sacct(text: str) -> dict[str, EndedJob]:
             continue
         slurm_id, state, exit_text, nodes, end = (p.strip() for p in parts[:5])
         code, sig = parse_exit(exit_text)
-        found[slurm_id] = EndedJob(slurm_id, state, code, sig, nodes, _when(end))
+        started = _when(parts[5].strip()) if len(parts) > 5 else None
+        found[slurm_id] = EndedJob(slurm_id, state, code, sig, nodes, _when(end), started)
     return found
 
 
@@ -218,7 +220,7 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
     found: dict[str, EndedJob] = {}
     try:
         found = parse_sacct(
-            run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,End", "-j", ",".join(slurm_ids)])
+            run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,End,Start", "-j", ",".join(slurm_ids)])
         )
     except SlurmError as exc:
         log.info("sacct could not say how jobs ended (%s); asking the controller", exc)
@@ -234,7 +236,15 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
         code, sig = parse_exit(fields.get("ExitCode", ""))
         state = fields.get("JobState", "")
         if state and state not in ACTIVE_STATES:
-            found[slurm_id] = EndedJob(slurm_id, state, code, sig, fields.get("NodeList", ""), _when(fields["EndTime"]))
+            found[slurm_id] = EndedJob(
+                slurm_id,
+                state,
+                code,
+                sig,
+                fields.get("NodeList", ""),
+                _when(fields.get("EndTime", "")),
+                _when(fields.get("StartTime", "")),
+            )
     return found
 
 
@@ -677,8 +687,10 @@ class SlurmExecutor:
         return summary
 
     def _note_running(self, job_id: int, queued: QueuedJob) -> None:
-        """A run Slurm runs: keep who it runs as and, after a count request, the cards Slurm gave."""
+        """A run Slurm runs: keep who it runs as, when it started and, after a count request, the cards it got."""
         Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(ran_as=queued.user).update(ran_as=queued.user)
+        if queued.started is not None:
+            record_start(job_id, queued.started)
         if queued.slurm_id in self._placed:
             return
         try:
@@ -695,6 +707,8 @@ class SlurmExecutor:
         where = ended.nodes or "its node"
         with transaction.atomic():
             lock_cluster()
+            if ended.started_at is not None:  # a run shorter than the poll was never seen running
+                record_start(job_id, ended.started_at)
             if state == LOST:
                 transitions.requeue(
                     job_id,
@@ -742,6 +756,18 @@ def outcome(ended: EndedJob) -> tuple[int | None, str, str]:
     if state in {"CANCELLED", "DEADLINE"}:
         return code, "Killed", f"stopped in Slurm ({ended.state}): {exit_words(code)}"
     return code, "NonZeroExit", exit_words(code)
+
+
+def record_start(job_id: int, started: datetime) -> None:
+    """Start the job's open allocations when Slurm started its run, where that is later than the tick's start.
+
+    The tick holds the cards from its own time; Slurm runs the job an ``sbatch`` and a scheduling
+    pass later (a second or so, or much later when it lost its cards to a job submitted around
+    the portal). Usage is what Slurm ran, so chargeback and ``sacct`` agree
+    (``manage.py slurm reconcile``). Slurm's times are whole seconds: one that reads earlier than
+    the tick's is left alone.
+    """
+    Allocation.objects.filter(job_id=job_id, end__isnull=True, start__lt=started).update(start=started)
 
 
 def record_cards(job_id: int, given: dict[str, list[int]]) -> None:
