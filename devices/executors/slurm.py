@@ -529,6 +529,9 @@ def _submission(
         f"--output={str(out).replace('%', '%%')}",
         "--open-mode=append",
         "--export=NONE",
+        # The portal requeues (through its transitions, as a new attempt with its own comment);
+        # a run Slurm requeued by itself would come back pending under the same id, behind its back.
+        "--no-requeue",
     ]
     partition = getattr(settings, "NPUPORTAL_SLURM_PARTITION", "")
     if partition:
