@@ -5,6 +5,7 @@ The cluster is the test's own (``own_slurm_site``), so its accounting holds this
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from io import StringIO
 
@@ -13,6 +14,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from devices.executors import get_executor
+from devices.executors.slurm import run
 from devices.slurm.reconcile import npu_count, parse_elapsed, parse_usage, reconcile
 from quotas.models import UsageRecord
 from scheduling.models import Job
@@ -57,6 +59,9 @@ def test_a_months_jobs_agree_with_sacct_within_one_percent(own_slurm_site, submi
     Job.objects.all().delete()  # the demo's history never ran on Slurm
     UsageRecord.objects.all().delete()
     jobs = [submit_slurm("sleep 40", devices=n, name=f"acct-{n}") for n in (1, 2, 3)]
+    # A job submitted to Slurm directly: in sacct, not the portal's to charge, totalled apart.
+    outside = ["sbatch", "--parsable", "--gres=npu:1", "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 5"]
+    run([*outside, "--uid=nobody"] if os.geteuid() == 0 else outside)
     tick()
     assert all(j.state == Job.State.RUNNING for j in Job.objects.filter(pk__in=[j.pk for j in jobs]))
 
@@ -73,6 +78,7 @@ def test_a_months_jobs_agree_with_sacct_within_one_percent(own_slurm_site, submi
     assert all(j.portal is not None and j.slurm is not None for j in result.jobs)
     assert result.agree, result.lines()
     assert result.slurm_total > 0
+    assert result.outside_jobs == 1 and result.outside_hours > 0
 
     out = StringIO()
     call_command("slurm", "reconcile", "--month", result.month, stdout=out)

@@ -72,6 +72,7 @@ def test_cards_held_outside_npuportal_are_shown_and_never_given(slurm_site, subm
         ]
         client.force_login(admin)
         page = client.get(f"/nodes/{NODE}/").content.decode()
+        print("\n" + str(rows[0]))
         assert page.count("in use outside npuportal") == 6
         statuses = InventoryEvent.objects.filter(node_name=NODE).order_by("-at", "-id").values_list("status", flat=True)
         assert list(statuses)[:6] == ["outside"] * 6, "chargeback counts the stretch apart"
@@ -116,6 +117,7 @@ def test_a_run_slurm_keeps_pending_is_withdrawn_and_queued_again_in_its_place(
         job = wait_for(observed, until=lambda j: j.state == Job.State.PENDING, interval=1.0, timeout=120)
         assert (job.pending_reason, job.retries, job.submitted_at) == ("HeldInSlurm", 0, submitted)
         event = job.events.last()
+        print(f"\n{event.reason}: {event.detail}")
         assert event.reason == "HeldInSlurm" and f"Slurm kept job {lost} pending" in event.detail
         assert "(Resources)" in event.detail
         wait_for(lambda: lost not in squeue(), message=f"the withdrawn run {lost} to be cancelled")
