@@ -622,8 +622,9 @@ class SlurmExecutor:
     name = "slurm"
 
     def __init__(self) -> None:
-        #: Slurm jobs whose cards were read back after a count request (once each).
-        self._placed: set[str] = set()
+        #: Slurm jobs whose cards were read back after a count request (once each), by cluster
+        #: (``SLURM_CONF``) and id: ids start again at 1 on another cluster. Kept to the jobs still queued.
+        self._placed: set[tuple[str, str]] = set()
 
     # -- launch -------------------------------------------------------------------------------------
     def launch(self, job_ids: Iterable[int]) -> dict[int, bool]:
@@ -674,6 +675,7 @@ class SlurmExecutor:
             summary.errors["slurm"] = str(exc)
             return summary
         summary.polled = 1
+        self._placed = {key for key in self._placed if key[1] in active}
         self._see_outside(active, summary)
         rows = list(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", "agent_job_id", "started_at"))
         gone = [sid for _, sid, _ in rows if sid and sid not in active]
@@ -757,14 +759,15 @@ class SlurmExecutor:
         Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(ran_as=queued.user).update(ran_as=queued.user)
         if queued.started is not None:
             record_start(job_id, queued.started)
-        if queued.slurm_id in self._placed:
+        key = (slurm_env().get("SLURM_CONF", ""), queued.slurm_id)
+        if key in self._placed:
             return
         try:
             given = cards_given(queued.slurm_id)
         except SlurmError as exc:
             log.info("could not read the cards of Slurm job %s: %s", queued.slurm_id, exc)
             return
-        self._placed.add(queued.slurm_id)
+        self._placed.add(key)
         record_cards(job_id, given)
 
     def _record_end(self, job_id: int, slurm_id: str, ended: EndedJob, summary: Observation) -> None:
