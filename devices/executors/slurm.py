@@ -145,6 +145,8 @@ class QueuedJob:
     started: datetime | None = None
     #: Why Slurm keeps it pending (``Resources``, ``Priority``); ``None`` when it runs.
     reason: str = ""
+    #: When Slurm got it (``sbatch``'s time).
+    submitted: datetime | None = None
 
     @property
     def portal_run(self) -> tuple[int, int] | None:
@@ -155,15 +157,15 @@ class QueuedJob:
 
 def squeue(*, every_state: bool = False) -> dict[str, QueuedJob]:
     """Slurm's jobs by id: those not over, or with ``every_state`` those the controller still remembers."""
-    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%S|%r|%k"]
+    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%S|%V|%r|%k"]
     if every_state:
         argv += ["-t", "all"]
     found: dict[str, QueuedJob] = {}
     for line in run(argv).splitlines():
-        parts = line.split("|", 6)
-        if len(parts) == 7:
-            slurm_id, state, user, nodes, started, reason, comment = (p.strip() for p in parts)
-            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started), reason)
+        parts = line.split("|", 7)
+        if len(parts) == 8:
+            slurm_id, state, user, nodes, started, submitted, reason, comment = (p.strip() for p in parts)
+            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started), reason, _when(submitted))
     return found
 
 
@@ -693,8 +695,12 @@ class SlurmExecutor:
             elif sid in active:
                 if active[sid].state == "RUNNING":
                     self._note_running(pk, active[sid])
-                elif active[sid].state == "PENDING" and started_at and (now - started_at).total_seconds() > pending_s:
-                    self._withdraw(pk, active[sid], (now - started_at).total_seconds(), summary)
+                elif active[sid].state == "PENDING" and started_at:
+                    # Counted from the later of the tick's start and the sbatch (a launch retried
+                    # after the controller was away is not withdrawn for the time it was away).
+                    since = max(started_at, active[sid].submitted or started_at)
+                    if (now - since).total_seconds() > pending_s:
+                        self._withdraw(pk, active[sid], (now - since).total_seconds(), summary)
             elif sid in ends:
                 self._record_end(pk, sid, ends[sid], summary)
             else:
