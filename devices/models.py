@@ -86,6 +86,9 @@ class Device(models.Model):
     hbm_used_mb = models.PositiveIntegerField(null=True, blank=True)
     ecc_errors = models.PositiveIntegerField(default=0)
     last_seen = models.DateTimeField(null=True, blank=True)
+    #: What holds the card outside npuportal, as its executor last saw it (a job submitted to Slurm
+    #: directly: ``Slurm job 42 of alice``); empty when nothing does. The tick never gives such a card.
+    outside_use = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -96,7 +99,7 @@ class Device(models.Model):
 
     @property
     def usable(self) -> bool:
-        return self.schedulable and self.health in self.USABLE_HEALTH
+        return self.schedulable and self.health in self.USABLE_HEALTH and not self.outside_use
 
 
 class VnpuTemplate(models.Model):
@@ -166,6 +169,7 @@ class InventoryEvent(models.Model):
         DRAINED = "drained", "Drained"
         DOWN = "down", "Node down or unreachable"
         UNHEALTHY = "unhealthy", "Unhealthy"  # degraded, failed or unknown
+        OUTSIDE = "outside", "In use outside npuportal"  # a job submitted to Slurm directly holds it
         DISABLED = "disabled", "Disabled"  # the card is marked unschedulable
         REMOVED = "removed", "Removed"  # left the inventory
 

@@ -361,6 +361,9 @@ NPUPORTAL_SLURM_CONF = os.environ.get("NPUPORTAL_SLURM_CONF", "")
 NPUPORTAL_SLURM_OUTPUT_DIR = os.environ.get("NPUPORTAL_SLURM_OUTPUT_DIR", "")
 #: The partition npuportal's jobs are submitted to (default: Slurm's default partition).
 NPUPORTAL_SLURM_PARTITION = os.environ.get("NPUPORTAL_SLURM_PARTITION", "")
+#: Seconds a run npuportal started may stay pending in Slurm (it lost its cards to a job submitted to
+#: Slurm directly) before it is withdrawn and the job queued again in its place.
+NPUPORTAL_SLURM_PENDING_S = _env_number("NPUPORTAL_SLURM_PENDING_S", 60, minimum=1)
 #: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
 ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.

@@ -23,6 +23,8 @@ PORTAL_TEXT = {
     "LostOnAgent": "Its node lost the process; it was requeued.",
     "NodeFail": "Its node stopped it (the agent or the whole system was shut down); it was requeued in its place.",
     "LaunchFailed": "Its node refused or missed the launch; it is tried again, then requeued.",
+    "HeldInSlurm": "Slurm kept it waiting after it was started (a job outside npuportal took its cards); "
+    "it was queued again in its place.",
     "Walltime": "It ran past its maximum duration and was stopped.",
     "Killed": "Its process was killed by a signal.",
     "OutOfMemory": "The kernel killed it for using more memory than its limit.",
@@ -43,6 +45,7 @@ EVENT_NAMES = {
     "Walltime": "Run time limit reached",
     "Killed": "Killed",
     "LaunchFailed": "Launch failed",
+    "HeldInSlurm": "Withdrawn from Slurm",
     "LostOnAgent": "Lost on its node",
     "NodeUnreachable": "Node stopped answering",
     "DeviceFailed": "Device failed",
@@ -62,6 +65,7 @@ _END_REASONS = {
     "NodeFail": "stopped by its node's shutdown",
     "DeviceFailed": "device failed",
     "LaunchFailed": "launch failed",
+    "HeldInSlurm": "withdrawn from Slurm before it ran",
     "Cancelled": "cancelled",
 }
 

@@ -248,3 +248,32 @@ def test_a_removed_nodes_cards_are_not_offered_to_a_submission(demo, user_factor
         job_service.SubmissionError, match="no device of model '310P3' in the cluster; known: 910A, 910B4"
     ):
         job_service.submit_job(team=Team.objects.get(name="inference"), user=lead, spec=spec)
+
+
+def test_cards_in_use_outside_npuportal_are_unusable_and_counted_apart_in_capacity(demo) -> None:
+    """A job submitted to Slurm directly holds two cards (``devices.slurm.foreign``): never given, charged apart."""
+    from datetime import timedelta
+
+    from devices.slurm.foreign import HeldCards, record_outside_use
+    from quotas.accounting.statements import provisioned_capacity
+
+    before = timezone.now()
+    changed = record_outside_use([HeldCards("42", "alice", {NODE: (3, 5)})])
+    assert len(changed) == 2
+    held = Device.objects.filter(node__name=NODE, index__in=[3, 5])
+    assert {_last(d).status for d in held} == {Status.OUTSIDE}
+    assert _last(held[0]).cause.startswith("in use outside npuportal: Slurm job 42 of alice")
+    assert inventory.sweep() == 0, "the sweep derives the same status"
+    snapshot, _ = load_snapshot(timezone.now(), active_policy().policy)
+    usable = {(d.node, d.index): d.usable for n in snapshot.nodes for d in n.devices}
+    assert (usable[(NODE, 3)], usable[(NODE, 4)], usable[(NODE, 5)]) == (False, True, False)
+    assert record_outside_use([HeldCards("42", "alice", {NODE: (3, 5)})]) == [], "nothing changed: nothing written"
+
+    later = timezone.now() + timedelta(hours=1)
+    capacity = provisioned_capacity(before, later)["910B4"]
+    assert set(capacity.unavailable_by_status) == {Status.OUTSIDE}
+    outside_s = float(capacity.unavailable_by_status[Status.OUTSIDE])
+    assert 2 * 3600 <= outside_s <= 2 * 3600 + 60, "two cards for the hour, apart from the idle ones"
+
+    assert len(record_outside_use([])) == 2, "the job ended: both cards are usable again"
+    assert {_last(d).status for d in held} == {Status.USABLE}

@@ -12,7 +12,9 @@ from npuportal.api import fields
 class DeviceSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="node.name", read_only=True)
     busy = serializers.BooleanField(read_only=True, help_text="Holds at least one running allocation")
-    usable = serializers.BooleanField(read_only=True, help_text="May take new work (schedulable and healthy)")
+    usable = serializers.BooleanField(
+        read_only=True, help_text="May take new work (schedulable, healthy, not in use outside npuportal)"
+    )
 
     class Meta:
         model = Device
@@ -28,6 +30,7 @@ class DeviceSerializer(serializers.ModelSerializer):
             "health",
             "health_detail",
             "schedulable",
+            "outside_use",
             "usable",
             "busy",
             "temp_c",

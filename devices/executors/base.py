@@ -48,6 +48,10 @@ class Observation:
     relaunched: list[int] = field(default_factory=list)
     failed_devices: list[int] = field(default_factory=list)
     stale_stopped: list[str] = field(default_factory=list)
+    #: Jobs requeued because their executor left their run waiting too long (Slurm: its cards were taken).
+    withdrawn: list[int] = field(default_factory=list)
+    #: Cards found in use outside the portal (a job submitted to Slurm directly).
+    outside_cards: int = 0
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,12 @@ Every call has a timeout and none goes through a shell.
   observation, and an operator's cordon, drain or uncordon in the portal drains or resumes the node
   in Slurm (``devices.slurm.health``).
 
-Not yet (issue 28): multi-node jobs and vNPU slices (refused at launch, with the reason), jobs
-Slurm leaves pending after the portal started them, cards used by jobs submitted around the portal.
+- **outside jobs**: the cards Slurm jobs without the portal's comment hold are marked at each
+  observation (:mod:`devices.slurm.foreign`), so the tick gives none of them; a run Slurm keeps
+  pending longer than ``NPUPORTAL_SLURM_PENDING_S`` after the portal started it (it lost its cards
+  to such a job) is withdrawn and its job queued again in its place (``HeldInSlurm``).
+
+Not yet: multi-node jobs and vNPU slices (refused at launch, with the reason).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import re
 import shlex
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,7 +57,8 @@ from devices.agent.exit_words import exit_words
 from devices.agent.jobs import read_log
 from devices.executors.base import EVICT_GRACE_S, Observation, ServedNode, runs_ended
 from devices.slurm import survey
-from devices.slurm.commands import SlurmError, key_values, run
+from devices.slurm.commands import SlurmError, key_values, run, slurm_env
+from devices.slurm.foreign import HOLDING_STATES, HeldCards, parse_job_details, record_outside_use
 from devices.slurm.health import reconcile, slurm_reason
 from npuportal.cluster_lock import lock_cluster
 from quotas.models import posix_account
@@ -106,6 +111,10 @@ class QueuedJob:
     nodes: str
     user: str
     started: datetime | None = None
+    #: Why Slurm keeps it pending (``Resources``, ``Priority``); ``None`` when it runs.
+    reason: str = ""
+    #: When Slurm got it (``sbatch``'s time).
+    submitted: datetime | None = None
 
     @property
     def portal_run(self) -> tuple[int, int] | None:
@@ -116,15 +125,15 @@ class QueuedJob:
 
 def squeue(*, every_state: bool = False) -> dict[str, QueuedJob]:
     """Slurm's jobs by id: those not over, or with ``every_state`` those the controller still remembers."""
-    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%S|%k"]
+    argv = ["squeue", "-h", "-o", "%i|%T|%u|%N|%S|%V|%r|%k"]
     if every_state:
         argv += ["-t", "all"]
     found: dict[str, QueuedJob] = {}
     for line in run(argv).splitlines():
-        parts = line.split("|", 5)
-        if len(parts) == 6:
-            slurm_id, state, user, nodes, started, comment = (p.strip() for p in parts)
-            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started))
+        parts = line.split("|", 7)
+        if len(parts) == 8:
+            slurm_id, state, user, nodes, started, submitted, reason, comment = (p.strip() for p in parts)
+            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started), reason, _when(submitted))
     return found
 
 
@@ -138,6 +147,7 @@ class EndedJob:
     signal: int
     nodes: str
     ended_at: datetime | None
+    started_at: datetime | None = None
 
     @property
     def base_state(self) -> str:
@@ -167,15 +177,31 @@ def _when(text: str) -> datetime | None:
 
 
 def parse_sacct(text: str) -> dict[str, EndedJob]:
-    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,End`` lines by job id."""
+    """``sacct -n -P -o JobID,State,ExitCode,NodeList,End,Start`` lines by job id (``Start`` may be left out).
+
+    Steps (``12.batch``) are read only for the batch step's status: a job Slurm ended at its time
+    limit or cancelled shows ``0:0`` on its own line and the signal (``0:15``) on its batch step's,
+    and the agents' words for such an end name the signal (``killed by signal SIGTERM``).
+    """
     found: dict[str, EndedJob] = {}
+    batch: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < 5:
             continue
         slurm_id, state, exit_text, nodes, end = (p.strip() for p in parts[:5])
         code, sig = parse_exit(exit_text)
-        found[slurm_id] = EndedJob(slurm_id, state, code, sig, nodes, _when(end))
+        job_id, dot, step = slurm_id.partition(".")
+        if dot:
+            if step == "batch":
+                batch[job_id] = (code, sig)
+            continue
+        started = _when(parts[5].strip()) if len(parts) > 5 else None
+        found[slurm_id] = EndedJob(slurm_id, state, code, sig, nodes, _when(end), started)
+    for slurm_id, (code, sig) in batch.items():
+        ended = found.get(slurm_id)
+        if ended is not None and (ended.exit_code, ended.signal) == (0, 0) and ended.base_state != "COMPLETED":
+            found[slurm_id] = replace(ended, exit_code=code, signal=sig)
     return found
 
 
@@ -186,7 +212,7 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
     found: dict[str, EndedJob] = {}
     try:
         found = parse_sacct(
-            run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,End", "-j", ",".join(slurm_ids)])
+            run(["sacct", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,End,Start", "-j", ",".join(slurm_ids)])
         )
     except SlurmError as exc:
         log.info("sacct could not say how jobs ended (%s); asking the controller", exc)
@@ -202,7 +228,15 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
         code, sig = parse_exit(fields.get("ExitCode", ""))
         state = fields.get("JobState", "")
         if state and state not in ACTIVE_STATES:
-            found[slurm_id] = EndedJob(slurm_id, state, code, sig, fields.get("NodeList", ""), _when(fields["EndTime"]))
+            found[slurm_id] = EndedJob(
+                slurm_id,
+                state,
+                code,
+                sig,
+                fields.get("NodeList", ""),
+                _when(fields.get("EndTime", "")),
+                _when(fields.get("StartTime", "")),
+            )
     return found
 
 
@@ -435,6 +469,9 @@ def _submission(
         f"--output={str(out).replace('%', '%%')}",
         "--open-mode=append",
         "--export=NONE",
+        # The portal requeues (through its transitions, as a new attempt with its own comment);
+        # a run Slurm requeued by itself would come back pending under the same id, behind its back.
+        "--no-requeue",
     ]
     partition = getattr(settings, "NPUPORTAL_SLURM_PARTITION", "")
     if partition:
@@ -525,8 +562,9 @@ class SlurmExecutor:
     name = "slurm"
 
     def __init__(self) -> None:
-        #: Slurm jobs whose cards were read back after a count request (once each).
-        self._placed: set[str] = set()
+        #: Slurm jobs whose cards were read back after a count request (once each), by cluster
+        #: (``SLURM_CONF``) and id: ids start again at 1 on another cluster. Kept to the jobs still queued.
+        self._placed: set[tuple[str, str]] = set()
 
     # -- launch -------------------------------------------------------------------------------------
     def launch(self, job_ids: Iterable[int]) -> dict[int, bool]:
@@ -577,24 +615,32 @@ class SlurmExecutor:
             summary.errors["slurm"] = str(exc)
             return summary
         summary.polled = 1
-        pushes = self._follow_nodes(
-            summary
-        )  # first: a node Slurm has down requeues its jobs, whose runs are then stale
-        rows = list(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", "agent_job_id"))
-        attempts = current_attempts(pk for pk, _ in rows)
-        gone = [sid for _, sid in rows if sid and sid not in active]
+        # First: a node Slurm has down requeues its jobs, whose runs are then stale.
+        pushes = self._follow_nodes(summary)
+        self._placed = {key for key in self._placed if key[1] in active}
+        self._see_outside(active, summary)
+        rows = list(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", "agent_job_id", "started_at"))
+        gone = [sid for _, sid, _ in rows if sid and sid not in active]
         try:
             ends = ended_jobs(gone)
         except SlurmError as exc:
             summary.errors["sacct"] = str(exc)
             ends = {}
         relaunch: list[int] = []
-        for pk, sid in rows:
+        pending_s = float(getattr(settings, "NPUPORTAL_SLURM_PENDING_S", 60))
+        now = timezone.now()
+        for pk, sid, started_at in rows:
             if not sid:
                 relaunch.append(pk)
             elif sid in active:
                 if active[sid].state == "RUNNING":
                     self._note_running(pk, active[sid])
+                elif active[sid].state == "PENDING" and started_at:
+                    # Counted from the later of the tick's start and the sbatch (a launch retried
+                    # after the controller was away is not withdrawn for the time it was away).
+                    since = max(started_at, active[sid].submitted or started_at)
+                    if (now - since).total_seconds() > pending_s:
+                        self._withdraw(pk, active[sid], (now - since).total_seconds(), summary)
             elif sid in ends:
                 self._record_end(pk, sid, ends[sid], summary)
             else:
@@ -619,17 +665,57 @@ class SlurmExecutor:
             runs_ended(summary.finished + summary.requeued)
         return summary
 
+    def _see_outside(self, active: dict[str, QueuedJob], summary: Observation) -> None:
+        """Mark the cards held by jobs submitted to Slurm directly: the tick gives none of them (``foreign``)."""
+        outside = [q for q in active.values() if q.portal_run is None and q.state in HOLDING_STATES]
+        held: list[HeldCards] = []
+        if outside:
+            try:
+                details = parse_job_details(run(["scontrol", "show", "job", "-d"]))
+            except SlurmError as exc:
+                summary.errors["outside"] = f"could not read the cards of jobs outside npuportal: {exc}"
+                return
+            held = [details[q.slurm_id] for q in outside if q.slurm_id in details]
+        record_outside_use(held)
+        summary.outside_cards = sum(len(c) for h in held for c in h.cards.values())
+
+    def _withdraw(self, job_id: int, queued: QueuedJob, waited_s: float, summary: Observation) -> None:
+        """A run Slurm still keeps pending long after the portal started it: queue the job again in its place.
+
+        Usually it lost a race: a job submitted to Slurm directly took its cards between the
+        observation that freed them and the ``sbatch``. The portal's decision no longer holds, so
+        its cards go back to the tick (which now sees the outside job's) and the job keeps its
+        submit time, without costing a retry. The pending Slurm job, no longer the job's run, is
+        cancelled as a stale run at the end of this observation.
+        """
+        with transaction.atomic():
+            lock_cluster()
+            transitions.requeue(
+                job_id,
+                reason="HeldInSlurm",
+                detail=f"Slurm kept job {queued.slurm_id} pending for {waited_s:.0f} s "
+                f"({queued.reason or 'no reason given'}): its cards went to a job outside npuportal; "
+                "queued again in its place",
+                count_retry=False,
+            )
+        summary.requeued.append(job_id)
+        summary.withdrawn.append(job_id)
+        log.info("job %s withdrawn from Slurm (job %s pending: %s)", job_id, queued.slurm_id, queued.reason)
+
     def _note_running(self, job_id: int, queued: QueuedJob) -> None:
-        """A run Slurm runs: keep who it runs as and, after a count request, the cards Slurm gave."""
+        """A run Slurm runs: keep who it runs as, when it started and, after a count request, the cards it got."""
         Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(ran_as=queued.user).update(ran_as=queued.user)
-        if queued.slurm_id in self._placed:
+        if queued.started is not None:
+            record_start(job_id, queued.started)
+        key = (slurm_env().get("SLURM_CONF", ""), queued.slurm_id)
+        if key in self._placed:
             return
         try:
             given = cards_given(queued.slurm_id)
         except SlurmError as exc:
             log.info("could not read the cards of Slurm job %s: %s", queued.slurm_id, exc)
             return
-        self._placed.add(queued.slurm_id)
+        self._placed.add(key)
         record_cards(job_id, given)
 
     def _record_end(self, job_id: int, slurm_id: str, ended: EndedJob, summary: Observation) -> None:
@@ -638,6 +724,8 @@ class SlurmExecutor:
         where = ended.nodes or "its node"
         with transaction.atomic():
             lock_cluster()
+            if ended.started_at is not None:  # a run shorter than the poll was never seen running
+                record_start(job_id, ended.started_at)
             if state == LOST:
                 transitions.requeue(
                     job_id,
@@ -715,6 +803,18 @@ def outcome(ended: EndedJob) -> tuple[int | None, str, str]:
     if state in {"CANCELLED", "DEADLINE"}:
         return code, "Killed", f"stopped in Slurm ({ended.state}): {exit_words(code)}"
     return code, "NonZeroExit", exit_words(code)
+
+
+def record_start(job_id: int, started: datetime) -> None:
+    """Start the job's open allocations when Slurm started its run, where that is later than the tick's start.
+
+    The tick holds the cards from its own time; Slurm runs the job an ``sbatch`` and a scheduling
+    pass later (a second or so, or much later when it lost its cards to a job submitted around
+    the portal). Usage is what Slurm ran, so chargeback and ``sacct`` agree
+    (``manage.py slurm reconcile``). Slurm's times are whole seconds: one that reads earlier than
+    the tick's is left alone.
+    """
+    Allocation.objects.filter(job_id=job_id, end__isnull=True, start__lt=started).update(start=started)
 
 
 def record_cards(job_id: int, given: dict[str, list[int]]) -> None:

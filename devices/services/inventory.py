@@ -3,7 +3,8 @@
 Chargeback prices capacity from this history (``quotas.accounting``), the way a cloud bill counts
 a machine for the hours it was provisioned: a card added on the 20th counts from the 20th, one
 removed on the 10th stops on the 10th, and a card that was cordoned, draining, down or unhealthy
-is paid for but unavailable (its own line, with the cause).
+is paid for but unavailable (its own line, with the cause); so is a card a job submitted to Slurm
+directly holds (``outside``: the portal could not use it, and a site may want it charged apart).
 
 One function decides a card's status from what the database says now (:func:`derive_status`), and
 one appends an event when that status changed (:func:`record`). Every path that changes a node's
@@ -46,6 +47,7 @@ def derive_status(node: Any, device: Any) -> tuple[str, str]:
         device.health,
         device.health_detail,
         device.schedulable,
+        getattr(device, "outside_use", ""),  # not on the models of migrations before 0006
     )
 
 
@@ -53,7 +55,13 @@ _USABLE_HEALTH = frozenset(str(h) for h in Device.USABLE_HEALTH)
 
 
 def _status(
-    removed_at: datetime | None, state: str, reachable: bool, health: str, health_detail: str, schedulable: bool
+    removed_at: datetime | None,
+    state: str,
+    reachable: bool,
+    health: str,
+    health_detail: str,
+    schedulable: bool,
+    outside_use: str = "",
 ) -> tuple[str, str]:
     """:func:`derive_status` on plain values, so the sweep needs no model instances."""
     if removed_at is not None:
@@ -67,6 +75,8 @@ def _status(
         return Status.UNHEALTHY, f"{health}{detail}"[:300]
     if not schedulable:
         return Status.DISABLED, "card marked unschedulable"
+    if outside_use:
+        return Status.OUTSIDE, f"in use outside npuportal: {outside_use}"[:300]
     return Status.USABLE, ""
 
 
@@ -130,6 +140,7 @@ def sweep(*, at: datetime | None = None) -> int:
         "health",
         "health_detail",
         "schedulable",
+        "outside_use",
         "node__name",
         "node__state",
         "node__reachable",
@@ -138,8 +149,8 @@ def sweep(*, at: datetime | None = None) -> int:
     )
     at = at or timezone.now()
     events = []
-    for pk, chip, health, detail, schedulable, node, state, reachable, removed_at, last_status in rows:
-        status, cause = _status(removed_at, state, reachable, health, detail, schedulable)
+    for pk, chip, health, detail, schedulable, outside, node, state, reachable, removed_at, last_status in rows:
+        status, cause = _status(removed_at, state, reachable, health, detail, schedulable, outside)
         if status != last_status:
             events.append(
                 InventoryEvent(device_id=pk, node_name=node, chip_model=chip, at=at, status=status, cause=cause)

@@ -3,7 +3,8 @@
 One card has one state, the first that applies: ``removed`` (its node left the inventory: only
 its own page shows it), ``busy`` (an open allocation), ``unhealthy`` (its health takes no work, or
 its node is down or unreachable), ``cordoned``/``draining``/``drained`` (its node's admin state; a
-card the admins took out by hand counts as cordoned), else ``free``.
+card the admins took out by hand counts as cordoned), ``outside`` (in use outside npuportal: a job
+submitted to Slurm directly holds it, ``Device.outside_use``), else ``free``.
 
 A busy card on a node that takes no new work is also counted as what it would be without its job
 (a cordoned node whose cards are all busy still counts its cards as cordoned), so the counts may
@@ -24,7 +25,7 @@ from devices.models import Device, Node
 from scheduling.models import Allocation
 
 #: Card states, in the order the summary shows them.
-CARD_STATES = ("busy", "free", "cordoned", "draining", "drained", "unhealthy")
+CARD_STATES = ("busy", "free", "cordoned", "draining", "drained", "unhealthy", "outside")
 _NODE_STATE_CARD = {
     Node.State.CORDONED: "cordoned",
     Node.State.DRAINING: "draining",
@@ -101,7 +102,9 @@ def service_state(device: Device, node: Node) -> str:
         return "unhealthy"
     if node.state in _NODE_STATE_CARD:
         return _NODE_STATE_CARD[node.state]
-    return "free" if device.schedulable else "cordoned"
+    if not device.schedulable:
+        return "cordoned"
+    return "outside" if device.outside_use else "free"
 
 
 def _card(device: Device, node: Node, holders: list[Holder]) -> Card:

@@ -190,6 +190,45 @@ class LocalCluster:
         if state.exists():
             state.unlink()
 
+    # -- faults, for the tests that break the cluster on purpose ----------------------------------------
+    def _argv(self, name: str) -> list[str]:
+        """How daemon ``name`` is started (``slurmctld``, ``slurmd-<node>``), as :meth:`start` does."""
+        if name == "slurmctld":
+            return [_which("slurmctld"), "-D", "-i"]
+        if name.startswith("slurmd-"):
+            return [_which("slurmd"), "-D", "-N", name.removeprefix("slurmd-")]
+        raise ClusterError(f"no daemon {name!r} to restart (slurmctld or slurmd-<node>)")
+
+    def kill_daemon(self, name: str, signum: int = signal.SIGTERM) -> None:
+        """Stop one daemon by its pid (SIGKILL after :data:`START_DEADLINE_S` if it ignores ``signum``)."""
+        pid = self.pids.pop(name)
+        _signal(pid, signum)
+        proc = getattr(self, "_procs", {}).pop(name, None)
+        deadline = time.monotonic() + START_DEADLINE_S
+        while _alive(pid) and time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        if _alive(pid):
+            _signal(pid, signal.SIGKILL)
+        if proc is not None:
+            proc.wait(timeout=30)
+
+    def restart_daemon(self, name: str) -> None:
+        """Start a daemon :meth:`kill_daemon` stopped again, and wait until every node is up (idle or busy)."""
+        self._spawn(name, self._argv(name))
+        self._wait(self._all_up, f"{name} to be back")
+        self._save()
+
+    def _all_up(self) -> bool:
+        """Every node answers (``sinfo``): idle, mixed or allocated, none down or still not responding."""
+        out = self._run(["sinfo", "-h", "-N", "-o", "%N %T"])
+        if out is None:
+            return False
+        states = dict(line.split() for line in out.splitlines() if line.strip())
+        up = ("idle", "mix", "mixed", "alloc", "allocated", "completing")
+        return len(states) == len(self.nodes) and all(s.rstrip("*~#!%$@^-") in up for s in states.values())
+
     def __enter__(self) -> LocalCluster:
         return self.start()
 

@@ -110,11 +110,12 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "ai_cpus",
             "health",
             "schedulable",
+            "outside_use",
         )
         .order_by("node_id", "index")
     )
     for row in device_rows:
-        dev_id, node_id, index, chip, group, hbm, cores, cpus, health, schedulable = row
+        dev_id, node_id, index, chip, group, hbm, cores, cpus, health, schedulable, outside = row
         node = nodes_by_id[node_id]
         node.devices.append(
             DeviceState(
@@ -126,7 +127,9 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
                 hbm_mb=hbm,
                 ai_cores=cores,
                 ai_cpus=cpus,
-                usable=bool(schedulable) and health in usable_health and node.schedulable,
+                # A card a job outside the portal holds (Slurm's, seen at the executor's poll) is
+                # unusable as a cordoned or unhealthy one is: the engine never gives it.
+                usable=bool(schedulable) and health in usable_health and node.schedulable and not outside,
                 health=health,
             )
         )

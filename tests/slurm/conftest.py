@@ -37,15 +37,25 @@ COUNT_NODE = "ascend-b4-03"
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[LocalCluster]:
     """The session's Slurm cluster; its start-up time is ``started_in_s``."""
+    started = time.monotonic()
+    cluster, root = _start(bool(shutil.which("mariadb") or shutil.which("mysql")))
+    print(f"\nSlurm test cluster up in {time.monotonic() - started:.1f} s (accounting: {cluster.accounting})")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _start(accounting: bool) -> tuple[LocalCluster, Path]:
+    """A cluster of the test nodes in a folder of its own under ``/tmp``; skipped without Slurm."""
     missing = missing_commands()
     if missing:
         pytest.skip(f"Slurm is not installed here (no {', '.join(missing)}): `make test` installs it as root")
     # Under /tmp itself, not pytest's 0700 folders: jobs run as another account read and write here.
     root = Path(tempfile.mkdtemp(prefix="npuportal-slurm-"))
-    accounting = bool(shutil.which("mariadb") or shutil.which("mysql"))
     # ReturnToService=1: a node a test sets DOWN stays down until it is resumed, as on a site.
     cluster = LocalCluster(root, nodes=SLURM_NODES, accounting=accounting, return_to_service=1)
-    started = time.monotonic()
     try:
         try:
             cluster.start()
@@ -57,7 +67,16 @@ def slurm_cluster() -> Iterator[LocalCluster]:
     except ClusterError as exc:
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"the test Slurm cluster did not start: {exc}")
-    print(f"\nSlurm test cluster up in {time.monotonic() - started:.1f} s (accounting: {cluster.accounting})")
+    return cluster, root
+
+
+@pytest.fixture
+def own_slurm_cluster() -> Iterator[LocalCluster]:
+    """A cluster for one test alone: its accounting holds only that test's jobs, and it may be broken.
+
+    For the tests that stop Slurm's daemons or read a month's whole accounting; a few seconds to start.
+    """
+    cluster, root = _start(bool(shutil.which("mariadb") or shutil.which("mysql")))
     try:
         yield cluster
     finally:
@@ -66,8 +85,19 @@ def slurm_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
+def own_slurm_site(demo, eager_celery, own_slurm_cluster: LocalCluster, settings: Any) -> LocalCluster:
+    """:func:`slurm_site` on a cluster of the test's own (:func:`own_slurm_cluster`)."""
+    return _site(own_slurm_cluster, settings)
+
+
+@pytest.fixture
 def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -> LocalCluster:
-    """The demo site run by the Slurm cluster: ``NPUPORTAL_EXECUTOR=slurm`` and a third 910B4 node.
+    """The demo site run by the Slurm cluster: ``NPUPORTAL_EXECUTOR=slurm`` and a third 910B4 node."""
+    return _site(slurm_cluster, settings)
+
+
+def _site(cluster: LocalCluster, settings: Any) -> LocalCluster:
+    """Point the portal at ``cluster`` and add the third 910B4 node.
 
     The training lead's jobs run as ``nobody`` when the tests run as root (the portal's test
     users have no POSIX accounts), else as the tests' own account.
@@ -78,9 +108,9 @@ def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -
     from quotas.models import UserProfile
 
     settings.NPUPORTAL_EXECUTOR = "slurm"
-    settings.NPUPORTAL_SLURM_CONF = str(slurm_cluster.conf)
-    settings.NPUPORTAL_SLURM_OUTPUT_DIR = str(slurm_cluster.root / "out")
-    in_service(slurm_cluster)
+    settings.NPUPORTAL_SLURM_CONF = str(cluster.conf)
+    settings.NPUPORTAL_SLURM_OUTPUT_DIR = str(cluster.root / "out")
+    in_service(cluster)
     node = Node.objects.create(name=COUNT_NODE, labels={"rack": "r1"})
     for device in Device.objects.filter(node__name="ascend-b4-01").order_by("index"):
         Device.objects.create(
@@ -95,7 +125,7 @@ def slurm_site(demo, eager_celery, slurm_cluster: LocalCluster, settings: Any) -
     if os.geteuid() == 0:
         lead = get_user_model().objects.get(username="lead-training")
         UserProfile.objects.update_or_create(user=lead, defaults={"posix_user": "nobody"})
-    return slurm_cluster
+    return cluster
 
 
 def in_service(cluster: LocalCluster) -> None:
@@ -119,6 +149,6 @@ def in_service(cluster: LocalCluster) -> None:
 
 
 @pytest.fixture
-def submit_slurm(slurm_site) -> Callable[..., Any]:
-    """Submit a 910B4 job as the training lead."""
+def submit_slurm(demo) -> Callable[..., Any]:
+    """Submit a 910B4 job as the training lead (on whichever Slurm site the test asked for)."""
     return training_lead_submitter()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
+from devices.agent.exit_words import exit_words
 from devices.executors import Observation, get_executor
 from devices.executors.slurm import EndedJob, cards_given, record_cards, run, squeue
 from devices.models import Node
@@ -171,3 +172,24 @@ def test_a_node_failure_requeues_the_job_in_its_place_without_costing_a_retry(sl
     assert (job.state, job.pending_reason, job.retries) == (Job.State.PENDING, "NodeFail", 0)
     assert "the system ended it, not the job" in job.events.last().detail
     assert job.agent_job_id in get_executor().observe().stale_stopped
+
+
+def test_slurms_own_time_limit_ends_the_job_timed_out_in_the_agents_words(slurm_site, submit_slurm) -> None:
+    """Slurm's TIMEOUT (``--time=1``, its minimum: one minute) without the portal's walltime sweep.
+
+    Slow on purpose (a minute and Slurm's next time-limit check, 60-100 s): Slurm counts minutes.
+    """
+    job = _started(submit_slurm("sleep 300", max_duration_s=60))
+    assert "TimeLimit=00:01:00" in run(["scontrol", "show", "job", job.agent_job_id])
+    job = wait_for(
+        lambda: (get_executor().observe(), _reload(job))[1],
+        until=lambda j: j.state != Job.State.RUNNING,
+        interval=2.0,
+        timeout=240,
+        message=f"Slurm to end job {job.pk} at its time limit",
+    )
+    event = job.events.last()
+    assert (job.state, event.reason) == (Job.State.TIMEOUT, "Walltime"), (job.state, event.reason, event.detail)
+    assert event.detail == f"Slurm stopped it at its time limit: {exit_words(job.exit_code)}"
+    assert exit_words(job.exit_code) == "killed by signal SIGTERM", "as an agent's run stopped at its limit"
+    assert job.allocations.filter(end__isnull=True).count() == 0

@@ -127,3 +127,20 @@ def test_what_is_wrong_is_said_and_only_problems_make_slurm_unusable() -> None:
         ),
         Finding("problem", "NPUPORTAL_SLURM_PARTITION='gpu' is no partition of this cluster (main)"),
     ]
+
+
+def test_a_time_limit_end_takes_its_signal_from_the_batch_step() -> None:
+    # sacct without -X, as a TIMEOUT really reads: 0:0 on the job, the signal on its batch step.
+    ends = parse_sacct(
+        "21|TIMEOUT|0:0|npu1|2026-12-03T21:32:14|2026-12-03T21:30:54\n"
+        "21.batch|CANCELLED|0:15|npu1|2026-12-03T21:32:15|2026-12-03T21:30:54\n"
+        "22|COMPLETED|0:0|npu1|2026-12-03T21:32:14|2026-12-03T21:30:54\n"
+        "22.batch|COMPLETED|0:0|npu1|2026-12-03T21:32:14|2026-12-03T21:30:54\n"
+    )
+    assert sorted(ends) == ["21", "22"]
+    assert (ends["21"].code, outcome(ends["21"])) == (
+        -15,
+        (-15, "Walltime", "Slurm stopped it at its time limit: killed by signal SIGTERM"),
+    )
+    assert ends["21"].started_at is not None
+    assert outcome(ends["22"]) == (0, "Completed", "exit code 0")

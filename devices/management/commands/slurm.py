@@ -1,10 +1,13 @@
-"""``manage.py slurm``: what the portal sees of its Slurm cluster (``check``), and its nodes taken in (``import``).
+"""``manage.py slurm``: what the portal sees of its Slurm cluster (``check``), its nodes taken in
+(``import``), and a month's accounting compared with Slurm's (``reconcile``).
 
 Both use the cluster's ``SLURM_CONF`` (``NPUPORTAL_SLURM_CONF``, else the process's own) and Slurm's
 commands on ``PATH``; docs/slurm.md has worked examples. Exit codes, as the other commands':
 0 ok (``check``: the portal can run jobs on this Slurm); 1 refused or not usable (the controller
 does not answer, no such partition, a node left out of the import or not yet removed); 2 usage
-error (an unknown ``--chip``). A refusal is one line on stderr and changes nothing.
+error (an unknown ``--chip``, a bad ``--month``). ``reconcile --month YYYY-MM`` compares each job's
+device-hours with ``sacct``'s (:mod:`devices.slurm.reconcile`): exit 1 when the month's totals are
+more than 1% apart or Slurm's accounting did not answer. A refusal is one line on stderr and changes nothing.
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from django.core.management.base import CommandParser
 
 from devices.services.slurm_import import ImportRefused, import_nodes
 from devices.slurm import survey
+from devices.slurm.commands import SlurmError
+from devices.slurm.reconcile import reconcile
+from quotas.accounting.statements import ChargebackUsageError
 from quotas.management.subcommands import Exit, SubcommandCommand
 
 OK, REFUSED, USAGE = 0, 1, 2
 
 
 class Command(SubcommandCommand):
-    help = "The Slurm cluster the portal runs jobs on: check what it offers, import its nodes."
+    help = "The Slurm cluster the portal runs jobs on: check what it offers, import its nodes, reconcile a month."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
@@ -33,6 +39,10 @@ class Command(SubcommandCommand):
             "--chip", default="", help="the chip model of every imported node (else Slurm's GRES type or feature)"
         )
         p.add_argument("--partition", default="", help="only the nodes of this partition")
+        p = sub.add_parser(
+            "reconcile", help="compare each job's device-hours in a month with sacct's; exit 1 beyond 1% apart"
+        )
+        p.add_argument("--month", required=True, help="the month, YYYY-MM on the policy's clock")
 
     def do_check(self, opts: dict[str, Any]) -> None:
         found = survey.survey()
@@ -98,6 +108,18 @@ class Command(SubcommandCommand):
         else:
             self.stdout.write(f"import from {result.source}: {counts}")
         if not result.complete:
+            raise Exit(REFUSED)
+
+    def do_reconcile(self, opts: dict[str, Any]) -> None:
+        try:
+            result = reconcile(opts["month"])
+        except ChargebackUsageError as exc:
+            raise self._fail(f"--{exc}", USAGE) from exc
+        except SlurmError as exc:
+            raise self._fail(f"Slurm's accounting could not be read: {exc}", REFUSED) from exc
+        for line in result.lines():
+            self.stdout.write(line)
+        if not result.agree:
             raise Exit(REFUSED)
 
 
