@@ -615,8 +615,6 @@ class SlurmExecutor:
             summary.errors["slurm"] = str(exc)
             return summary
         summary.polled = 1
-        # First: a node Slurm has down requeues its jobs, whose runs are then stale.
-        pushes = self._follow_nodes(summary)
         self._placed = {key for key in self._placed if key[1] in active}
         self._see_outside(active, summary)
         rows = list(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", "agent_job_id", "started_at"))
@@ -645,7 +643,10 @@ class SlurmExecutor:
                 self._record_end(pk, sid, ends[sid], summary)
             else:
                 summary.errors[str(pk)] = f"Slurm job {sid} is neither queued nor accounted for"
-        # After the ends above: a run whose job was just requeued or ended is no longer the job's.
+        # After the ends above, so that a job Slurm ended NODE_FAIL reads so: a node Slurm has down
+        # requeues the jobs still running there (NodeUnreachable), whose runs are then stale.
+        pushes = self._follow_nodes(summary)
+        # After both: a run whose job was just requeued or ended is no longer the job's.
         attempts = current_attempts(Job.objects.filter(state=Job.State.RUNNING).values_list("pk", flat=True))
         stale = [
             q.slurm_id
