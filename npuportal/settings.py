@@ -361,6 +361,9 @@ NPUPORTAL_SLURM_CONF = os.environ.get("NPUPORTAL_SLURM_CONF", "")
 NPUPORTAL_SLURM_OUTPUT_DIR = os.environ.get("NPUPORTAL_SLURM_OUTPUT_DIR", "")
 #: The partition npuportal's jobs are submitted to (default: Slurm's default partition).
 NPUPORTAL_SLURM_PARTITION = os.environ.get("NPUPORTAL_SLURM_PARTITION", "")
+#: The one POSIX account every Slurm job runs as when the portal runs as root (``make run
+#: EXECUTOR=slurm``: the demo's users have no accounts); empty: each job as its submitter's account.
+NPUPORTAL_SLURM_JOBS_AS = os.environ.get("NPUPORTAL_SLURM_JOBS_AS", "").strip()
 #: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
 ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.
