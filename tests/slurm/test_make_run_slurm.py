@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,18 @@ def daemons_of(folder: Path) -> list[str]:
     return found
 
 
+def _environment_has(variable: str) -> list[int]:
+    """Pids with ``variable`` (``NAME=value``) in their environment: a job's processes, whatever they run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"\0{variable}\0".encode() in b"\0" + (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def slurm(conf: str, *argv: str) -> str:
     done = subprocess.run(
         argv, env={**os.environ, "SLURM_CONF": conf}, capture_output=True, text=True, timeout=ceiling(60), check=False
@@ -73,6 +86,7 @@ def test_make_run_on_slurm_runs_a_job_in_its_own_slurm_and_stops_every_daemon(tm
     )
     base = f"http://127.0.0.1:{port}"
     link = tmp_path / "var" / "slurm"
+    marker = f"npuportal-slurm-run-{uuid.uuid4().hex}"
     folder = None
     try:
 
@@ -134,6 +148,24 @@ def test_make_run_on_slurm_runs_a_job_in_its_own_slurm_and_stops_every_daemon(tm
             )
         log = requests.get(f"{base}/api/v1/jobs/{job_id}/log/", headers=api, timeout=ceiling(60)).json()
         assert re.match(r"hello as (?!root)\S+ on \d,\d\n", log["data"]), log
+
+        # A job still running when the supervisor is stopped ends with Slurm, its processes included.
+        resp = requests.post(
+            f"{base}/api/v1/jobs/",
+            json={"name": "long", "command": "echo start; sleep 600", "num_devices": 1, "env": {"RUN_MARKER": marker}},
+            headers=api,
+            timeout=ceiling(60),
+        )
+        assert resp.status_code == 201, resp.text
+        long_id = resp.json()["id"]
+        wait_for(
+            lambda: requests.get(f"{base}/api/v1/jobs/{long_id}/log/", headers=api, timeout=ceiling(60)).json(),
+            until=lambda log: log["data"].startswith("start"),
+            timeout=300,
+            interval=1,
+            message="the long job's first line",
+        )
+        assert _environment_has(f"RUN_MARKER={marker}"), "the long job runs"
     finally:
         sup.send_signal(signal.SIGINT)
         try:
@@ -143,6 +175,9 @@ def test_make_run_on_slurm_runs_a_job_in_its_own_slurm_and_stops_every_daemon(tm
             out, _ = sup.communicate()
         print(out[-8000:])  # shown by pytest when the test fails
         left = daemons_of(folder) if folder is not None else []
+        stray = _environment_has(f"RUN_MARKER={marker}")
+        for pid in stray:  # asserted on below; not left running whatever the test says
+            os.kill(pid, signal.SIGKILL)
         if folder is not None and (folder / "cluster.json").exists():  # what the test must not leave running
             from devices.slurm.cluster import LocalCluster
 
@@ -151,6 +186,7 @@ def test_make_run_on_slurm_runs_a_job_in_its_own_slurm_and_stops_every_daemon(tm
     assert "slurm import: import from Slurm: 1 added, 2 removed, 2 unchanged" in out
     assert "Slurm stopped" in out
     assert not left, f"daemons of {folder} outlived the supervisor: {left}"
+    assert not stray, f"a job's process outlived make run: {stray}"
     assert sup.returncode == 0, out[-3000:]
 
 
