@@ -21,6 +21,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,19 +97,32 @@ def start(var: Path) -> DemoSlurm:
         return DemoSlurm(conf)
     root = fresh_folder(var)
     accounting = bool(shutil.which("mariadb") or shutil.which("mysql"))
-    cluster = LocalCluster(root, nodes=DEMO_NODES, accounting=accounting)
+    first = first_job_id()
+    cluster = LocalCluster(root, nodes=DEMO_NODES, accounting=accounting, first_job_id=first)
     try:
         cluster.start()
     except ClusterError:
         if not accounting:
             raise
         # MariaDB is installed but does not answer: a cluster without accounting still runs jobs.
-        cluster = LocalCluster(root, nodes=DEMO_NODES, accounting=False)
+        cluster = LocalCluster(root, nodes=DEMO_NODES, accounting=False, first_job_id=first)
         cluster.start()
     except BaseException:  # Ctrl-C while it comes up: nothing of it is left running
         cluster.stop()
         raise
     return DemoSlurm(str(cluster.conf), cluster)
+
+
+def first_job_id(now: float | None = None) -> int:
+    """The first Slurm job id of this run's cluster: the seconds since 2026 (below Slurm's ``MaxJobId``).
+
+    Each run's cluster is new and would count from 1 again, while the portal's database still holds
+    the Slurm ids of the jobs the last run left running: a new job given such an id would be taken
+    for the old one. Counting from the clock, a run's ids follow the last run's unless it started
+    more jobs than seconds passed between the two starts.
+    """
+    seconds = int(time.time() if now is None else now) - 1767225600  # 2026-01-01T00:00:00Z
+    return 1 + seconds % 60_000_000
 
 
 def fresh_folder(var: Path) -> Path:

@@ -108,6 +108,9 @@ class LocalCluster:
     #: Slurm's ``ReturnToService``: 2 brings a node an administrator set DOWN back as soon as its
     #: slurmd registers again; 1 (Slurm's default) keeps it down until ``State=RESUME``.
     return_to_service: int = 2
+    #: Slurm's ``FirstJobId``: the id of the first job. A cluster started afresh counts from it again,
+    #: so a caller whose database remembers job ids of an earlier cluster starts each one elsewhere.
+    first_job_id: int = 1
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     database: str = ""
@@ -257,6 +260,7 @@ class LocalCluster:
             "GresTypes=npu",
             "MinJobAge=600",
             f"ReturnToService={self.return_to_service}",
+            f"FirstJobId={self.first_job_id}",
             "MpiDefault=none",
             "KillWait=5",
             "InactiveLimit=0",

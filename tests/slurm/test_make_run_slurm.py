@@ -203,3 +203,11 @@ def test_without_slurm_make_run_says_how_to_install_it_in_one_line(monkeypatch, 
         "slurm-wlm slurmctld slurmd slurmdbd munge slurm-client, or give SLURM_CONF=<your site's slurm.conf>"
     )
     assert err == [expected, expected]
+
+
+def test_each_run_of_the_demo_slurm_numbers_its_jobs_after_the_last_runs() -> None:
+    """A fresh cluster counting from 1 would give a new job the Slurm id an old running job still holds."""
+    start = 1767225600 + 10_000  # 2026-01-01 plus 10,000 s
+    assert slurm_demo.first_job_id(start) == 10_001
+    assert slurm_demo.first_job_id(start + 60) == 10_061
+    assert 1 <= slurm_demo.first_job_id(4_000_000_000) <= 60_000_000  # below Slurm's MaxJobId (67,043,328)
