@@ -36,7 +36,7 @@ DEMO_NODES = (
 #: The commands the portal itself calls on a site's Slurm (devices/executors/slurm.py).
 CLIENT_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
 #: The prefix of the cluster's folder in the system's temporary directory.
-FOLDER_PREFIX = "npuportal-slurm-"
+FOLDER_PREFIX = "npuportal-run-slurm-"
 
 
 def site_conf() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -182,6 +183,8 @@ def test_make_run_on_slurm_runs_a_job_in_its_own_slurm_and_stops_every_daemon(tm
             from devices.slurm.cluster import LocalCluster
 
             LocalCluster.load(folder).stop()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     assert "Jobs run on a local Slurm, stopped with the rest: SLURM_CONF=" in out
     assert "slurm import: import from Slurm: 1 added, 2 removed, 2 unchanged" in out
     assert "Slurm stopped" in out
