@@ -13,11 +13,16 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f
 # `make run` does not wait for the engine's compiler: without a build of these sources it serves on the
 # plain-Python core (which decides the same) while the build runs in the background, niced, logging to
 # var/engine-build.log; the next start takes the build. The line "engine: ..." says which core runs.
+# `make run EXECUTOR=slurm` runs the jobs on Slurm: a local single-host one the supervisor starts and
+# stops (npuportal/slurm_demo.py), or the site's when SLURM_CONF is given; no agents, no load generator.
+EXECUTOR ?= $(or $(NPUPORTAL_EXECUTOR),agents)
+SEED_ARGS = $(if $(filter slurm,$(EXECUTOR)),--no-agents)
 run: $(STAMP) ## set up, seed the demo once, start web + worker + beat + agents + load generator
-	@engine=$$($(PY) -m scheduling.build_engine --background) || exit 1; \
-	set -e; \
+	@if [ "$(EXECUTOR)" = slurm ]; then $(PY) -m npuportal.slurm_demo || exit 1; fi; \
+	engine=$$($(PY) -m scheduling.build_engine --background) || exit 1; \
+	set -e; export NPUPORTAL_EXECUTOR=$(EXECUTOR); \
 	echo "$(PY) manage.py migrate --noinput -v0"; $(PY) manage.py migrate --noinput -v0; \
-	echo "$(PY) manage.py seed_demo"; $(PY) manage.py seed_demo; \
+	echo "$(PY) manage.py seed_demo $(SEED_ARGS)"; $(PY) manage.py seed_demo $(SEED_ARGS); \
 	echo "$(PY) manage.py collectstatic --noinput -v0"; $(PY) manage.py collectstatic --noinput -v0; \
 	NPUPORTAL_ENGINE=$$engine $(PY) -m npuportal.supervisor $(RUN_ARGS)
 

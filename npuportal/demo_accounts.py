@@ -9,6 +9,9 @@ runs as one account, picked here for the agents' command lines:
   the agents' tokens and state, every job's output) is made ``0700``, so that account reaches none of it;
 * otherwise, the account running ``make run``: it is already unprivileged (``--jobs-as-agent``).
 
+``make run EXECUTOR=slurm`` runs no agents: the same account is given to ``sbatch --uid`` through
+``NPUPORTAL_SLURM_JOBS_AS`` (:func:`demo_slurm_jobs_as`).
+
 No Django here: the supervisor imports it before anything else runs.
 """
 
@@ -35,6 +38,17 @@ def demo_job_flags(var: Path) -> tuple[str, ...]:
         return ("--jobs-as-agent",)
     keep_private(var)
     return ("--jobs-as", demo_account())
+
+
+def demo_slurm_jobs_as(var: Path) -> str:
+    """``NPUPORTAL_SLURM_JOBS_AS`` of ``make run EXECUTOR=slurm``: the account above under root, else empty.
+
+    Run by anyone else, ``sbatch`` runs a job as the account that submits it, unprivileged already.
+    """
+    if os.geteuid() != 0:
+        return ""
+    keep_private(var)
+    return demo_account()
 
 
 def demo_account() -> str:

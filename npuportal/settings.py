@@ -364,6 +364,9 @@ NPUPORTAL_SLURM_PARTITION = os.environ.get("NPUPORTAL_SLURM_PARTITION", "")
 #: Seconds a run npuportal started may stay pending in Slurm (it lost its cards to a job submitted to
 #: Slurm directly) before it is withdrawn and the job queued again in its place.
 NPUPORTAL_SLURM_PENDING_S = _env_number("NPUPORTAL_SLURM_PENDING_S", 60, minimum=1)
+#: The one POSIX account every Slurm job runs as when the portal runs as root (``make run
+#: EXECUTOR=slurm``: the demo's users have no accounts); empty: each job as its submitter's account.
+NPUPORTAL_SLURM_JOBS_AS = os.environ.get("NPUPORTAL_SLURM_JOBS_AS", "").strip()
 #: Seconds between those passes (Slurm's ``bf_interval``); the ticks between keep the stored estimates.
 ESTIMATE_INTERVAL_S = _env_number("NPUPORTAL_ESTIMATE_INTERVAL", 30)
 #: /healthz reports the tick as stale past this age.

@@ -15,6 +15,11 @@ next tick and poll (docs/health.md, "What happens to jobs"). A child that keeps
 dying (5 deaths within 2 minutes) is a broken setup, not a hiccup: the supervisor
 says so, stops everything and exits non-zero, so it is never mistaken for a
 running system.
+
+With ``NPUPORTAL_EXECUTOR=slurm`` (``make run EXECUTOR=slurm``) jobs run on Slurm
+(``npuportal/slurm_demo.py``): without ``SLURM_CONF`` a local single-host Slurm is
+started first and stopped last, by pid, whatever ends the run; the portal's nodes are
+made Slurm's (``manage.py slurm import --replace``); no agents and no load generator run.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devices.agent.exit_words import signal_name
-from npuportal.demo_accounts import demo_job_flags
+from devices.slurm.cluster import ClusterError
+from npuportal import slurm_demo
+from npuportal.demo_accounts import demo_job_flags, demo_slurm_jobs_as
 
 ROOT = Path(__file__).resolve().parent.parent
 COLOURS = ["36", "32", "35", "33", "34", "31", "96", "92", "95"]
@@ -159,6 +166,73 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    slurm = None
+    if env.get("NPUPORTAL_EXECUTOR", "").strip() == "slurm":
+        signal.signal(signal.SIGTERM, _interrupt)  # stopped while Slurm comes up: its daemons go too
+        try:
+            slurm = _start_slurm(env)
+        except KeyboardInterrupt:
+            return 130
+        if slurm is None:
+            return 1
+        args.no_agents = args.no_loadgen = True
+    try:
+        return _supervise(args, env, slurm)
+    finally:
+        if slurm is not None and slurm.cluster is not None:
+            slurm.stop()
+            print(f"supervisor | Slurm stopped (its daemons in {slurm.cluster.root})", flush=True)
+
+
+def _start_slurm(env: dict[str, str]) -> slurm_demo.DemoSlurm | None:
+    """The run's Slurm (started when no ``SLURM_CONF`` is given), its settings put in ``env``, the nodes imported.
+
+    ``None`` when it cannot be used: one line says why.
+    """
+    var = Path(env.get("NPUPORTAL_VAR_DIR", ROOT / "var"))
+    if line := slurm_demo.missing():
+        print(line, file=sys.stderr, flush=True)
+        return None
+    site = bool(slurm_demo.site_conf())
+    print("supervisor | " + ("using the site's Slurm" if site else "starting a local Slurm (3 nodes)"), flush=True)
+    try:
+        slurm = slurm_demo.start(var)
+    except ClusterError as exc:
+        print(f"supervisor | the local Slurm did not start: {exc}", file=sys.stderr, flush=True)
+        return None
+    try:
+        _use_slurm(slurm, env, var)
+    except BaseException:
+        slurm.stop()
+        raise
+    return slurm
+
+
+def _use_slurm(slurm: slurm_demo.DemoSlurm, env: dict[str, str], var: Path) -> None:
+    env.update(slurm.env())
+    if jobs_as := demo_slurm_jobs_as(var):  # never root: one unprivileged account, as the demo agents'
+        env["NPUPORTAL_SLURM_JOBS_AS"] = jobs_as
+    if slurm.cluster is not None:
+        print(f"supervisor | Slurm up in {slurm.cluster.started_in_s:.1f} s, its files in {var / 'slurm'}", flush=True)
+    # The demo's nodes become Slurm's: those Slurm lacks go (at once, or once their jobs end).
+    done = subprocess.run(
+        [sys.executable, "manage.py", "slurm", "import", "--replace"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in (done.stdout + done.stderr).splitlines():
+        print(f"supervisor | slurm import: {line}", flush=True)
+    if done.returncode != 0:
+        print(f"supervisor | slurm import exited with code {done.returncode}; running on", flush=True)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _supervise(args: argparse.Namespace, env: dict[str, str], slurm: slurm_demo.DemoSlurm | None) -> int:
     children = build_children(args)
     width = max(len(c.name) for c in children)
     sel = selectors.DefaultSelector()
@@ -177,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print(f"npuportal is starting: http://{args.host}:{args.port}/  (Ctrl-C stops everything)", flush=True)
+    if slurm is not None:
+        where = "a local Slurm, stopped with the rest" if slurm.cluster else "the site's Slurm"
+        print(f"Jobs run on {where}: SLURM_CONF={slurm.conf} squeue", flush=True)
     _print_logins()
     code = 0
     buffers: dict[int, bytes] = {}

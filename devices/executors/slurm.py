@@ -352,10 +352,14 @@ def output_dir() -> Path:
 
 
 def account_of(job: Job) -> pwd.struct_passwd:
-    """The POSIX account the job runs as: its submitter's when the portal runs as root, else the portal's own."""
+    """The POSIX account the job runs as: its submitter's when the portal runs as root, else the portal's own.
+
+    ``NPUPORTAL_SLURM_JOBS_AS`` names one account for every job instead (the demo's, as the demo
+    agents' ``--jobs-as``); root is refused either way.
+    """
     if os.geteuid() != 0:
         return pwd.getpwuid(os.geteuid())
-    name = posix_account(job.submitter)
+    name = getattr(settings, "NPUPORTAL_SLURM_JOBS_AS", "") or posix_account(job.submitter)
     try:
         entry = pwd.getpwnam(name)
     except KeyError:

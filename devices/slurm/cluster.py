@@ -108,6 +108,9 @@ class LocalCluster:
     #: Slurm's ``ReturnToService``: 2 brings a node an administrator set DOWN back as soon as its
     #: slurmd registers again; 1 (Slurm's default) keeps it down until ``State=RESUME``.
     return_to_service: int = 2
+    #: Slurm's ``FirstJobId``: the id of the first job. A cluster started afresh counts from it again,
+    #: so a caller whose database remembers job ids of an earlier cluster starts each one elsewhere.
+    first_job_id: int = 1
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     database: str = ""
@@ -296,6 +299,7 @@ class LocalCluster:
             "GresTypes=npu",
             "MinJobAge=600",
             f"ReturnToService={self.return_to_service}",
+            f"FirstJobId={self.first_job_id}",
             "MpiDefault=none",
             "KillWait=5",
             "InactiveLimit=0",
@@ -424,8 +428,14 @@ class LocalCluster:
             raise ClusterError(f"MariaDB refused {statement!r}: {done.stderr.strip()}")
 
     def _kill_steps(self) -> None:
-        """Job steps (slurmstepd and the job's processes) left by the slurmds just killed."""
+        """Job steps (slurmstepd and the job's processes) left by the slurmds just killed.
+
+        A job's processes carry this cluster's ``SLURM_CONF`` and a ``SLURM_JOB_ID`` in their
+        environment (a ``sleep`` the batch script started names neither the spool nor the script);
+        a shell that merely exported ``SLURM_CONF`` to run ``squeue`` has no job id and is left alone.
+        """
         spool = str(self.root / "spool")
+        conf = f"SLURM_CONF={self.conf}\0"
         for proc_dir in Path("/proc").iterdir():
             if not proc_dir.name.isdigit():
                 continue
@@ -434,8 +444,10 @@ class LocalCluster:
                 environ = (proc_dir / "environ").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            stepd = cmdline.startswith("slurmstepd") and f"SLURM_CONF={self.conf}\0" in environ
-            if (stepd or spool in cmdline) and int(proc_dir.name) not in _ancestors():
+            ours = conf in environ
+            stepd = cmdline.startswith("slurmstepd") and ours
+            job = ours and ("\0SLURM_JOB_ID=" in environ or environ.startswith("SLURM_JOB_ID="))
+            if (stepd or job or spool in cmdline) and int(proc_dir.name) not in _ancestors():
                 _signal(int(proc_dir.name), signal.SIGKILL)
 
     def _save(self) -> None:
