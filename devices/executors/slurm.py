@@ -57,7 +57,7 @@ from devices.agent.exit_words import exit_words
 from devices.agent.jobs import read_log
 from devices.executors.base import EVICT_GRACE_S, Observation, ServedNode, runs_ended
 from devices.slurm import survey
-from devices.slurm.commands import SlurmError, key_values, run, slurm_env
+from devices.slurm.commands import SlurmError, expand_indexes, key_values, run, slurm_env
 from devices.slurm.foreign import HOLDING_STATES, HeldCards, parse_job_details, record_outside_use
 from devices.slurm.health import reconcile, slurm_reason
 from npuportal.cluster_lock import lock_cluster
@@ -237,16 +237,6 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
                 _when(fields.get("EndTime", "")),
                 _when(fields.get("StartTime", "")),
             )
-    return found
-
-
-def expand_indexes(text: str) -> list[int]:
-    """``0-1,4`` → ``[0, 1, 4]``."""
-    found: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            found.extend(range(int(low), int(high or low) + 1))
     return found
 
 

@@ -75,3 +75,13 @@ def parse_gres(text: str) -> tuple[tuple[int, ...], bool]:
     if typed and per_card:
         return tuple(sorted(typed)), True
     return tuple(range(count + len(typed))), False
+
+
+def expand_indexes(text: str) -> list[int]:
+    """``0-1,4`` → ``[0, 1, 4]``."""
+    found: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            found.extend(range(int(low), int(high or low) + 1))
+    return found

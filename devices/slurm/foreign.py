@@ -25,6 +25,7 @@ from django.db.models import Q
 
 from devices.models import Device
 from devices.services import inventory
+from devices.slurm.commands import expand_indexes
 from npuportal.cluster_lock import lock_cluster
 
 #: Slurm's states of a job that holds its cards (a pending one holds none; a suspended one keeps its GRES).
@@ -44,16 +45,6 @@ class HeldCards:
         return f"Slurm job {self.slurm_id} of {self.user}" if self.user else f"Slurm job {self.slurm_id}"
 
 
-def _indexes(text: str) -> list[int]:
-    """``0-1,4`` → ``[0, 1, 4]``."""
-    found: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            found.extend(range(int(low), int(high or low) + 1))
-    return found
-
-
 def parse_job_details(text: str) -> dict[str, HeldCards]:
     """The cards of each job in ``scontrol show job -d`` (every job: blocks starting ``JobId=``), by Slurm id.
 
@@ -67,7 +58,7 @@ def parse_job_details(text: str) -> dict[str, HeldCards]:
         user = re.search(r"\bUserId=([^(\s]+)", block)
         cards: dict[str, tuple[int, ...]] = {}
         for node, gres in re.findall(r"(?m)^\s+Nodes=(\S+)\s.*\bGRES=(\S*)", block):
-            indexes = sorted({i for idx in re.findall(r"IDX:([0-9,-]+)", gres) for i in _indexes(idx)})
+            indexes = sorted({i for idx in re.findall(r"IDX:([0-9,-]+)", gres) for i in expand_indexes(idx)})
             if indexes:
                 cards[node] = tuple(indexes)
         if cards:
