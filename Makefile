@@ -30,32 +30,28 @@ test: setup browser slurm ## set up and run the whole suite
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(PY) manage.py makemigrations --check --dry-run
-	$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
-	@# The decision core once more as plain Python (the suite above ran the compiled build, if any).
-	NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -n 2 $(PYTEST_ARGS)
-	@# The date-sensitive tests (marked clock) again at each fixed instant of tests/clock.py and at
-	@# three drawn at random (the seed is printed; NPUPORTAL_CLOCK_SEED repeats the draw).
-	@# Only the modules holding such tests are collected at each instant (tests.clock.files).
-	@files="$$($(PY) -m tests.clock files | tr '\n' ' ')"; \
-	{ $(PY) -m tests.clock fixed && $(PY) -m tests.clock random; } | while IFS= read -r at; do \
-	  echo "== tests marked clock at $$at (repeat: NPUPORTAL_TEST_CLOCK=\"$$at\" $(BIN)/pytest -m clock)"; \
-	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) $$files < /dev/null || exit 1; \
-	done
+	@# Beside the suite, in one more process: the decision core once more as plain Python (the suite
+	@# runs the compiled build, if any), then the date-sensitive tests (marked clock) at each fixed
+	@# instant of tests/clock.py and at three drawn at random (the seed is printed; NPUPORTAL_CLOCK_SEED
+	@# repeats the draw). The suite's workers mostly wait on agents, browsers and servers; this fills
+	@# that time. Its output goes to a file, shown whole when the suite is done.
+	@beside_log="$${NPUPORTAL_VAR_DIR:-var}/test-beside.log"; mkdir -p "$$(dirname "$$beside_log")"; \
+	{ NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -p no:xdist $(PYTEST_ARGS) \
+	  && $(PY) -m tests.clock sweep fixed random -- $(PYTEST_ARGS); } > "$$beside_log" 2>&1 < /dev/null & \
+	beside=$$!; trap 'pkill -P $$beside 2>/dev/null; kill $$beside 2>/dev/null' INT TERM; \
+	echo "== beside the suite: the engine as plain Python, then the clock sweep (output: $$beside_log)"; \
+	echo "$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)"; \
+	$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); suite=$$?; \
+	wait $$beside; swept=$$?; \
+	echo "== beside the suite: the engine as plain Python, then the clock sweep"; cat "$$beside_log"; \
+	echo "== the suite exited $$suite; the engine as plain Python and the clock sweep exited $$swept"; \
+	[ $$suite = 0 ] && [ $$swept = 0 ]
 
 # The date-sensitive tests at every instant of tests/clock.calendar_instants() (65: every day across a
-# year end, both ends of every month, 29 February, DST days north and south); goes on past a failure
-# and ends with the count and the instants that failed.
+# year end, both ends of every month, 29 February, DST days north and south), one pytest process each;
+# goes on past a failure and ends with the count and the instants that failed.
 calendar: setup
-	@$(PY) -m tests.clock calendar > var/calendar-instants.txt; \
-	files="$$($(PY) -m tests.clock files | tr '\n' ' ')"; \
-	total=0; failed=""; \
-	while IFS= read -r at; do \
-	  total=$$((total + 1)); echo "== [$$total] tests marked clock at $$at"; \
-	  NPUPORTAL_TEST_CLOCK="$$at" $(BIN)/pytest -m clock -n 2 $(PYTEST_ARGS) $$files < /dev/null || failed="$$failed$$at\n"; \
-	done < var/calendar-instants.txt; \
-	if [ -n "$$failed" ]; then \
-	  printf "== calendar: %s instants, these failed:\n$$failed" "$$total"; exit 1; \
-	else echo "== calendar: all $$total instants passed"; fi
+	$(PY) -m tests.clock sweep calendar --keep-going -- $(PYTEST_ARGS)
 
 setup: $(STAMP) engine migrate
 

@@ -25,7 +25,9 @@ import calendar
 import os
 import random
 import re
+import subprocess
 import sys
+import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -170,29 +172,80 @@ def files(root: Path | None = None) -> list[str]:
     return found
 
 
+def sweep(instants: list[str], *, keep_going: bool, pytest_args: list[str]) -> int:
+    """Run the ``clock`` tests at each instant, one pytest process at a time; 0 when all passed.
+
+    Each instant is one process without xdist workers: an instant's 245 tests took 39 CPU-seconds
+    that way and 63 on two workers (each worker imports and collects again), and the sweep runs
+    beside the rest of the suite (``make test``), where the cores are what is short. With
+    ``keep_going`` every instant runs and the ones that failed are listed at the end (``make
+    calendar``); without, the first failure ends the sweep.
+    """
+    modules = files()
+    failed: list[str] = []
+    started = time.monotonic()
+    for number, at in enumerate(instants, 1):
+        print(
+            f'== [{number}/{len(instants)}] tests marked clock at {at} (repeat: {VARIABLE}="{at}" pytest -m clock)',
+            flush=True,
+        )
+        command = [sys.executable, "-m", "pytest", "-m", "clock", "-p", "no:xdist", *pytest_args, *modules]
+        env = {**os.environ, VARIABLE: at}
+        code = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, check=False).returncode
+        if code != 0:
+            failed.append(at)
+            if not keep_going:
+                break
+    minutes = (time.monotonic() - started) / 60
+    if failed:
+        print(f"== clock sweep: {len(failed)} of {len(instants)} instants failed ({minutes:.1f} min), at:")
+        print(*failed, sep="\n")
+        return 1
+    print(f"== clock sweep: all {len(instants)} instants passed ({minutes:.1f} min)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.clock fixed|random|calendar``: the instants, one per line (the seed on stderr).
 
     ``python -m tests.clock files``: the test modules with tests marked ``clock``, one per line.
+    ``python -m tests.clock sweep fixed random [--keep-going] [-- PYTEST_ARGS]``: run the ``clock``
+    tests at those instants (what ``make test`` and ``make calendar`` do).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, pytest_args = argv[:at], argv[at + 1 :]
     parser = argparse.ArgumentParser(prog="python -m tests.clock")
-    parser.add_argument("which", choices=("fixed", "random", "calendar", "files"))
+    parser.add_argument("which", choices=("fixed", "random", "calendar", "files", "sweep"))
+    parser.add_argument("sets", nargs="*", help="with sweep: which instants (fixed, random, calendar)")
     parser.add_argument("--count", type=int, default=3)
+    parser.add_argument("--keep-going", action="store_true", help="with sweep: run every instant, list the failures")
     args = parser.parse_args(argv)
+    if args.sets and args.which != "sweep":
+        parser.error(f"{args.which} takes no more names")
     if args.which == "files":
         print(*files(), sep="\n")
         return 0
-    if args.which == "fixed":
-        instants = list(INSTANTS)
-    elif args.which == "calendar":
-        instants = calendar_instants()
-    else:
-        given = os.environ.get(SEED_VARIABLE, "").strip()
-        seed = int(given) if given else random.SystemRandom().randrange(1, 10**9)
-        print(f"clock seed {seed} (repeat the draw with {SEED_VARIABLE}={seed})", file=sys.stderr)
-        instants = random_instants(seed, args.count)
-    print(*instants, sep="\n")
+    if args.which == "sweep":
+        if not args.sets or not set(args.sets) <= {"fixed", "random", "calendar"}:
+            parser.error(f"sweep: name the instants, of fixed, random and calendar (not {args.sets})")
+        instants = [at for which in args.sets for at in _instants(which, args.count)]
+        return sweep(instants, keep_going=args.keep_going, pytest_args=pytest_args)
+    print(*_instants(args.which, args.count), sep="\n")
     return 0
+
+
+def _instants(which: str, count: int) -> list[str]:
+    if which == "fixed":
+        return list(INSTANTS)
+    if which == "calendar":
+        return calendar_instants()
+    given = os.environ.get(SEED_VARIABLE, "").strip()
+    seed = int(given) if given else random.SystemRandom().randrange(1, 10**9)
+    print(f"clock seed {seed} (repeat the draw with {SEED_VARIABLE}={seed})", file=sys.stderr, flush=True)
+    return random_instants(seed, count)
 
 
 if __name__ == "__main__":

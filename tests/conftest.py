@@ -47,6 +47,18 @@ def _pinned_clock() -> Iterator[None]:
         yield
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules holding a test marked ``slow`` first, each module's tests kept together and in order.
+
+    The workers take tests in this order, so the minutes-long ones (the API fuzzing, the supervisor's
+    restarts, the Slurm faults) start early instead of leaving one worker busy after the other is done.
+    pytest-django sorts by database use after this (stably), so this holds within each of its groups.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     found = clock.pinned()
     return f"clock pinned at {found[0].isoformat()} ({found[1]})" if found else None
