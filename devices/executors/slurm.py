@@ -510,9 +510,38 @@ _main(sys.argv[1], sys.argv[2], sys.argv[3:])
 """
 
 
-def rendezvous_dir(job: Job, attempt: int) -> Path:
+#: Each node's task of the run: its variables, then the command, its output to the node's file. The
+#: first part to fail writes ``<node> <exit code>`` to ``failed`` (``set -C``: only the first does);
+#: ``srun --kill-on-bad-exit`` then ends the other parts.
+PART_SCRIPT = r""". "$1/node.sh" || exit 1
+bash "$1/command.sh" >>"$_npu_out" 2>&1
+_npu_rc=$?
+if [ "$_npu_rc" -ne 0 ]; then (set -C; echo "$SLURMD_NODENAME $_npu_rc" > "$1/failed") 2>/dev/null; fi
+exit "$_npu_rc"
+"""
+#: After the run's step: the run ends with the exit code of its first part to fail, named as the agents
+#: name it (``the part on ascend-b4-02 failed (exit code 3)``), not with that of a part ended after it.
+ENDING_SCRIPT = r"""_npu_rc=$?
+if [ -s "$_npu_dir/failed" ]; then
+  read -r _npu_node _npu_rc < "$_npu_dir/failed"
+  echo "npuportal: the part on $_npu_node failed (exit code $_npu_rc)" >&2
+fi
+exit "$_npu_rc"
+"""
+
+
+def rendezvous_dir(job_id: int, attempt: int) -> Path:
     """Where a multi-node run keeps its rank table and its nodes' scripts: the shared output folder."""
-    return output_dir() / f"{job.pk}.{attempt}.rendezvous"
+    return output_dir() / f"{job_id}.{attempt}.rendezvous"
+
+
+def failed_part(job_id: int, attempt: int) -> str | None:
+    """The node of a multi-node run whose part failed first (its ``failed`` file: :data:`PART_SCRIPT`), if one did."""
+    try:
+        words = (rendezvous_dir(job_id, attempt) / "failed").read_text().split()
+    except OSError:
+        return None
+    return words[0] if words else None
 
 
 def node_env(job: Job, attempt: int, parts: Sequence[NodePart]) -> list[dict[str, str]]:
@@ -527,7 +556,7 @@ def node_env(job: Job, attempt: int, parts: Sequence[NodePart]) -> list[dict[str
 
     low, high = DEFAULT_PORTS
     servers = tuple(ServerCards(p.layout.address or p.node, tuple((c, "") for c in p.cards)) for p in parts)
-    table = rendezvous_dir(job, attempt) / "ranktable.json"
+    table = rendezvous_dir(job.pk, attempt) / "ranktable.json"
     found = []
     for rank, part in enumerate(parts):
         env = Rendezvous(servers[0].server_id, low + job.pk % (high - low + 1), rank, servers).env(table)
@@ -553,7 +582,7 @@ def multinode_script(
 
     from devices.agent import ranktable
 
-    folder = rendezvous_dir(job, attempt)
+    folder = rendezvous_dir(job.pk, attempt)
     common = job_env(job, f"{job.pk}.{attempt}", account, None)
     per_node = node_env(job, attempt, parts)
     common["MASTER_PORT"] = per_node[0].pop("MASTER_PORT")
@@ -592,9 +621,8 @@ def multinode_script(
         PORT_SCRIPT,
         shlex.join([*step, "bash", "-c", '. "$1/node.sh" && ' + GATHER_SCRIPT, "_", str(folder)]) + " || exit 1",
         shlex.join(["python3", "-c", program, str(folder), str(folder / "ranktable.json"), *addresses]) + " || exit 1",
-        shlex.join(
-            [*step, "bash", "-c", '. "$1/node.sh" && exec bash "$1/command.sh" >>"$_npu_out" 2>&1', "_", str(folder)]
-        ),
+        shlex.join([*step, "bash", "-c", PART_SCRIPT, "_", str(folder)]),
+        ENDING_SCRIPT,
     ]
     return "\n".join(lines) + "\n"
 
@@ -972,6 +1000,13 @@ class SlurmExecutor:
                 summary.requeued.append(job_id)
                 return
             exit_code, reason, detail = outcome(ended)
+            if reason != "Completed":
+                # A multi-node job is one unit: the part that failed first ended it, named as the agents name it.
+                from devices.executors.agents import current_attempts
+
+                failing = failed_part(job_id, current_attempts([job_id])[job_id])
+                if failing:
+                    detail = f"on {failing}: {detail}"
             transitions.finish(job_id, exit_code=exit_code, ended_at=ended.ended_at, detail=detail, reason=reason)
         summary.finished.append(job_id)
         log.info("Slurm job %s of job %s ended %s (%s)", slurm_id, job_id, state, exit_words(code))

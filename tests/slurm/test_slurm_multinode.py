@@ -9,17 +9,28 @@ API as the agents keep it, per node. An array's copies each get their index.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from devices.executors import get_executor
-from devices.executors.slurm import cards_given, run, squeue
-from devices.models import Node
+from devices.executors.slurm import (
+    _submission,
+    _submit,
+    cards_given,
+    ended_jobs,
+    failed_part,
+    node_layouts,
+    run,
+    run_output,
+    squeue,
+)
+from devices.models import Device, Node
 from devices.slurm.commands import expand_hostlist
 from quotas.models import Team
-from scheduling.models import Job
+from scheduling.models import Allocation, Job
 from scheduling.services.jobs import JobSpec, cancel_job, submit_array
 from tests.slurm.conftest import COUNT_NODE
 from tests.test_lifecycle_harness import open_devices, tick, without_reservation
@@ -63,6 +74,18 @@ def _log(api: Any, job: Job, node: str | None = None) -> str:
     resp = api(lead).get(f"/api/v1/jobs/{job.pk}/log/" + (f"?node={node}" if node else ""))
     assert resp.status_code == 200, resp.content
     return str(resp.json()["data"])
+
+
+def _processes_of(run_id: str) -> list[int]:
+    """The processes of a run on this host (every test node is this host): those with its ``NPUPORTAL_JOB_ID``."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"\0NPUPORTAL_JOB_ID={run_id}\0".encode() in b"\0" + environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
 
 
 def _observe_until(job: Job, states: set[str]) -> Job:
@@ -115,6 +138,7 @@ def test_a_heterogeneous_two_node_job_is_cancelled_on_both_nodes(slurm_site, sub
     assert cards_given(job.agent_job_id) == {node: list(range(8)) for node in nodes}
     assert sorted(expand_hostlist(squeue()[job.agent_job_id].nodes)) == nodes
 
+    assert len(_processes_of(f"{job.pk}.1")) >= 2, "a process on each node"
     cancel_job(job.pk, actor=None)
     assert _reload(job).state == Job.State.CANCELLED
     wait_for(
@@ -123,8 +147,58 @@ def test_a_heterogeneous_two_node_job_is_cancelled_on_both_nodes(slurm_site, sub
         interval=0.5,
         message=f"every component of Slurm job {job.agent_job_id} to be gone",
     )
+    wait_for(
+        lambda: _processes_of(f"{job.pk}.1"),
+        until=lambda pids: not pids,
+        interval=0.5,
+        message=f"every process of run {job.pk}.1, on both nodes, to be gone",
+    )
     assert job.allocations.filter(end__isnull=True).count() == 0, "its cards on both nodes are free"
     assert get_executor().observe().stale_stopped == []
+
+
+def test_different_cards_on_each_node_and_a_failing_part_ends_every_part(slurm_site, submit_slurm) -> None:
+    """Cards 1 and 2 of one node, card 5 of another: a heterogeneous job, each node on exactly its cards.
+
+    The run is submitted as the launch would submit it for such a placement (the engine gives a
+    multi-node job whole servers); the part on node rank 1 exits 3, and the part still sleeping on
+    node rank 0 is ended with it (``srun --kill-on-bad-exit``): the run fails with exit code 3.
+    """
+    chosen = {"ascend-b4-01": [1, 2], "ascend-b4-02": [5]}
+    # Node rank 1 fails once node rank 0 has said who it is (else it might be ended before it has).
+    waits = f'until grep -q table "{slurm_site.root}/out/$NPUPORTAL_JOB_ID.out"; do sleep 0.2; done; exit 3'
+    job = submit_slurm(REPORT + f'; if [ "$NODE_RANK" = 1 ]; then {waits}; fi; sleep 300', devices=3, name="uneven")
+    outputs = [run_output(job, 1, node, first=rank == 0) for rank, node in enumerate(chosen)]
+    allocs = [
+        Allocation(job=job, device=Device.objects.select_related("node").get(node__name=node, index=index))
+        for node, indexes in chosen.items()
+        for index in indexes
+    ]
+    sub = _submission(job, 1, allocs, node_layouts())
+    assert sub.script.count("#SBATCH hetjob") == 1
+    slurm_id = _submit(sub)
+    wait_for(
+        lambda: [path.read_text() if path.exists() else "" for path in outputs],
+        until=lambda texts: all("table" in text for text in texts),
+        interval=0.5,
+        timeout=120,
+        message="both parts to start",
+    )
+    first, second = (path.read_text().splitlines() for path in outputs)
+    assert first[0].startswith("node=ascend-b4-01 rank=0/2 world=3 per_node=2 cards=1,2 ")
+    assert second[0].startswith("node=ascend-b4-02 rank=1/2 world=3 per_node=1 cards=5 ")
+    assert first[1] == second[1] == "table 2 [['1', '2'], ['5']]"
+    ended = wait_for(
+        lambda: ended_jobs([slurm_id]).get(slurm_id),
+        # slurmdbd records a heterogeneous job's second component a moment after its first.
+        until=lambda e: e is not None and sorted(expand_hostlist(e.nodes)) == sorted(chosen),
+        interval=0.5,
+        timeout=120,
+        message=f"Slurm job {slurm_id} to end with its failing part",
+    )
+    assert (ended.base_state, ended.code) == ("FAILED", 3)
+    assert outputs[0].read_text().endswith("npuportal: the part on ascend-b4-02 failed (exit code 3)\n")
+    assert failed_part(job.pk, 1) == "ascend-b4-02", "the job's end names it: on ascend-b4-02: exit code 3"
 
 
 def test_each_copy_of_an_array_sees_its_index(slurm_site, api) -> None:
