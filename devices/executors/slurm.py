@@ -14,6 +14,19 @@ Every call has a timeout and none goes through a shell.
   the portal chose are asked for (``--gres=npu:c3:1,npu:c5:1``), otherwise a count
   (``--gres=npu:2``), and the cards Slurm gave (``scontrol show job -d``, ``IDX``) are read back and
   recorded on the job's allocations. Slurm's job id is kept in ``Job.agent_job_id``.
+- **multi-node**: a job on N nodes is one Slurm job with one task per node (:func:`multinode_script`):
+  ``--nodes=N --nodelist=a,b --gres=…`` when every node takes the same ``--gres``, else a
+  heterogeneous job of one component per node (``#SBATCH hetjob``; only Slurm's backfill pass
+  starts one, every ``bf_interval``). The batch script, on node rank 0 (the first node by name, as
+  the agents rank them), takes a free ``MASTER_PORT``, has each node record its cards and their IPs
+  (``/etc/hccn.conf``, ``hccn_tool``), writes the HCCL rank table with the agents' own code
+  (:mod:`devices.agent.ranktable`, run by ``python3`` there), then ``srun`` runs the command once
+  per node with the agents' rendezvous variables (``Rendezvous.env``: ``NODE_RANK``,
+  ``RANK_TABLE_FILE``…) and the node's own cards, each node's output to its own file. The first
+  part to fail ends the others (``--kill-on-bad-exit``) and the run, with its exit code and node.
+  A heterogeneous job's components (``12+0``, ``12+1``) are read as the one job ``12``.
+- **arrays**: each copy is a job of its own, told its index as the agents tell it
+  (``SLURM_ARRAY_TASK_ID``, ``NPUPORTAL_ARRAY_INDEX``… of ``identity_env``), not a Slurm array.
 - **stop**: ``scancel --full --signal=TERM``, then ``scancel`` after the grace.
 - **observe**: ``squeue`` says what is still queued or running; a job that left it is looked up in
   ``sacct`` (``scontrol show job`` where there is no accounting) and its end goes through the
@@ -31,7 +44,7 @@ Every call has a timeout and none goes through a shell.
   pending longer than ``NPUPORTAL_SLURM_PENDING_S`` after the portal started it (it lost its cards
   to such a job) is withdrawn and its job queued again in its place (``HeldInSlurm``).
 
-Not yet: multi-node jobs and vNPU slices (refused at launch, with the reason).
+Not yet: vNPU slices (refused at launch, with the reason).
 """
 
 from __future__ import annotations
@@ -632,7 +645,7 @@ def multinode_script(
 
 
 class LaunchRefused(ValueError):
-    """A launch no retry can change (a multi-node job, an account that does not exist): the job fails."""
+    """A launch no retry can change (a vNPU slice, an account that does not exist): the job fails."""
 
 
 @dataclass(frozen=True)
