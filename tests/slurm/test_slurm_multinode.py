@@ -119,6 +119,20 @@ def test_a_two_node_job_runs_one_task_on_each_decided_node_with_its_rank(slurm_s
     assert _log(api, job) == _log(api, job, first), "the first node's output by default, as the agents'"
 
 
+def test_a_part_that_fails_fails_the_job_naming_its_node(slurm_site, submit_slurm, api) -> None:
+    # Node rank 1 fails once node rank 0 has said who it is (else it might be ended before it has).
+    waits = f'until grep -q table "{slurm_site.root}/out/$NPUPORTAL_JOB_ID.out"; do sleep 0.2; done; exit 3'
+    job = _on_two_nodes(
+        submit_slurm, REPORT + f'; if [ "$NODE_RANK" = 1 ]; then {waits}; fi; sleep 300', left_out=COUNT_NODE
+    )
+    job = _observe_until(job, {Job.State.COMPLETED, Job.State.FAILED})
+    event = job.events.last()
+    assert (job.state, job.exit_code, event.reason) == (Job.State.FAILED, 3, "NonZeroExit")
+    assert event.detail == "on ascend-b4-02: exit code 3", "as the agents name the part that failed"
+    assert _log(api, job).endswith("npuportal: the part on ascend-b4-02 failed (exit code 3)\n")
+    assert job.allocations.filter(end__isnull=True).count() == 0
+
+
 def test_a_heterogeneous_two_node_job_is_cancelled_on_both_nodes(slurm_site, submit_slurm, api) -> None:
     """Exact cards on one node, a count on the other: two ``--gres``, so one component per node (``hetjob``)."""
     job = _on_two_nodes(submit_slurm, REPORT + "; sleep 300", left_out="ascend-b4-02")
