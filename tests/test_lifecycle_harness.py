@@ -179,6 +179,17 @@ def poll() -> Any:
     return poll_all()
 
 
+def without_reservation() -> None:
+    """A policy without the demo's reservation: it holds 4 of the 910B4 cards for critical jobs, and a 16-card job
+    needs two servers whole (the agents' and Slurm's multi-node tests)."""
+    from quotas.models import Policy
+    from quotas.policies.versions import active_policy, create_version
+
+    text = Policy.objects.get(version=active_policy().version).yaml_text
+    kept = [line for line in text.splitlines() if "online-inference" not in line]
+    create_version("\n".join(kept).replace("reservations:\n", "reservations: []\n"), author=None, comment="test")
+
+
 def tick() -> Any:
     from scheduling.services.tick import run_tick
 

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduling.models import Job
-from tests.test_lifecycle_harness import NODE_A, NODE_B, cluster, eager_celery, poll, submit, tick
+from tests.test_lifecycle_harness import NODE_A, NODE_B, cluster, eager_celery, poll, submit, tick, without_reservation
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -56,18 +56,8 @@ print(f"NODE_RANK {rank} received: {received}", flush=True)
 """
 
 
-def _without_reservation() -> None:
-    """The demo holds 4 of its 16 910B4 cards for critical jobs; a 16-card job needs both servers whole."""
-    from quotas.models import Policy
-    from quotas.policies.versions import active_policy, create_version
-
-    text = Policy.objects.get(version=active_policy().version).yaml_text
-    kept = [line for line in text.splitlines() if "online-inference" not in line]
-    create_version("\n".join(kept).replace("reservations:\n", "reservations: []\n"), author=None, comment="test")
-
-
 def _job(cluster, submit, tmp_path: Path, *, fail: bool = False) -> Job:  # type: ignore[no-untyped-def]
-    _without_reservation()
+    without_reservation()
     script = tmp_path / "barrier.py"
     script.write_text(BARRIER)
     prefix = "FAIL_RANK_1=1 " if fail else ""

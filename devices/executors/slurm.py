@@ -14,6 +14,19 @@ Every call has a timeout and none goes through a shell.
   the portal chose are asked for (``--gres=npu:c3:1,npu:c5:1``), otherwise a count
   (``--gres=npu:2``), and the cards Slurm gave (``scontrol show job -d``, ``IDX``) are read back and
   recorded on the job's allocations. Slurm's job id is kept in ``Job.agent_job_id``.
+- **multi-node**: a job on N nodes is one Slurm job with one task per node (:func:`multinode_script`):
+  ``--nodes=N --nodelist=a,b --gres=…`` when every node takes the same ``--gres``, else a
+  heterogeneous job of one component per node (``#SBATCH hetjob``; only Slurm's backfill pass
+  starts one, every ``bf_interval``). The batch script, on node rank 0 (the first node by name, as
+  the agents rank them), takes a free ``MASTER_PORT``, has each node record its cards and their IPs
+  (``/etc/hccn.conf``, ``hccn_tool``), writes the HCCL rank table with the agents' own code
+  (:mod:`devices.agent.ranktable`, run by ``python3`` there), then ``srun`` runs the command once
+  per node with the agents' rendezvous variables (``Rendezvous.env``: ``NODE_RANK``,
+  ``RANK_TABLE_FILE``…) and the node's own cards, each node's output to its own file. The first
+  part to fail ends the others (``--kill-on-bad-exit``) and the run, with its exit code and node.
+  A heterogeneous job's components (``12+0``, ``12+1``) are read as the one job ``12``.
+- **arrays**: each copy is a job of its own, told its index as the agents tell it
+  (``SLURM_ARRAY_TASK_ID``, ``NPUPORTAL_ARRAY_INDEX``… of ``identity_env``), not a Slurm array.
 - **stop**: ``scancel --full --signal=TERM``, then ``scancel`` after the grace.
 - **observe**: ``squeue`` says what is still queued or running; a job that left it is looked up in
   ``sacct`` (``scontrol show job`` where there is no accounting) and its end goes through the
@@ -31,7 +44,7 @@ Every call has a timeout and none goes through a shell.
   pending longer than ``NPUPORTAL_SLURM_PENDING_S`` after the portal started it (it lost its cards
   to such a job) is withdrawn and its job queued again in its place (``HeldInSlurm``).
 
-Not yet: multi-node jobs and vNPU slices (refused at launch, with the reason).
+Not yet: vNPU slices (refused at launch, with the reason).
 """
 
 from __future__ import annotations
@@ -57,7 +70,7 @@ from devices.agent.exit_words import exit_words
 from devices.agent.jobs import read_log
 from devices.executors.base import EVICT_GRACE_S, Observation, ServedNode, runs_ended
 from devices.slurm import survey
-from devices.slurm.commands import SlurmError, expand_indexes, key_values, run, slurm_env
+from devices.slurm.commands import SlurmError, expand_hostlist, expand_indexes, key_values, run, slurm_env
 from devices.slurm.foreign import HOLDING_STATES, HeldCards, parse_job_details, record_outside_use
 from devices.slurm.health import reconcile, slurm_reason
 from npuportal.cluster_lock import lock_cluster
@@ -80,9 +93,13 @@ LOST = "LOST"
 SYSTEM_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD"})
 #: The bash lines that find the cards Slurm gave a job that asked for a count (``npu:2``): Slurm
 #: sets no card variable for a GRES named ``npu``, so ``ASCEND_RT_VISIBLE_DEVICES`` is read from
-#: ``scontrol show job -d`` (``GRES=npu:2(IDX:2-3)``) and its ranges written out (``2,3``).
+#: ``scontrol show job -d`` (``Nodes=npu3 … GRES=npu:2(IDX:2-3)``, the line of the node it runs on,
+#: ``SLURMD_NODENAME``) and its ranges written out (``2,3``).
 COUNT_CARDS_SCRIPT = r"""_npu_idx=$(scontrol show job -d "$SLURM_JOB_ID" 2>/dev/null \
-  | sed -n 's/.*GRES=[^ ]*IDX:\([^)]*\)).*/\1/p' | head -n 1)
+  | sed -n 's/^ *Nodes=\([^ ]*\) .*GRES=[^ ]*IDX:\([^)]*\)).*/\1 \2/p' \
+  | while read -r _n _x; do
+      if scontrol show hostnames "$_n" 2>/dev/null | grep -qxF "$SLURMD_NODENAME"; then echo "$_x"; break; fi
+    done)
 _npu_list=""
 IFS=, read -ra _npu_parts <<< "$_npu_idx"
 for _p in "${_npu_parts[@]}"; do
@@ -93,7 +110,7 @@ for _p in "${_npu_parts[@]}"; do
   fi
 done
 export ASCEND_RT_VISIBLE_DEVICES="$_npu_list"
-unset _npu_idx _npu_list _npu_parts _p _i
+unset _npu_idx _npu_list _npu_parts _p _i _n _x
 """
 
 
@@ -133,8 +150,21 @@ def squeue(*, every_state: bool = False) -> dict[str, QueuedJob]:
         parts = line.split("|", 7)
         if len(parts) == 8:
             slurm_id, state, user, nodes, started, submitted, reason, comment = (p.strip() for p in parts)
-            found[slurm_id] = QueuedJob(slurm_id, state, comment, nodes, user, _when(started), reason, _when(submitted))
+            queued = QueuedJob(slurm_id, state, comment, nodes, user, _when(started), reason, _when(submitted))
+            leader, plus, _offset = slurm_id.partition("+")
+            if plus:  # a component of a heterogeneous job (``12+1``): one job, the leader's id
+                queued = _fold_component(found.get(leader), replace(queued, slurm_id=leader), first=_offset == "0")
+            found[queued.slurm_id] = queued
     return found
+
+
+def _fold_component(seen: QueuedJob | None, component: QueuedJob, *, first: bool) -> QueuedJob:
+    """A heterogeneous job as one: the state, times and reason of its first component, every component's nodes."""
+    if seen is None:
+        return component
+    lead, other = (component, seen) if first else (seen, component)
+    nodes = ",".join(n for n in (lead.nodes, other.nodes) if n)
+    return replace(lead, nodes=nodes)
 
 
 @dataclass(frozen=True)
@@ -185,6 +215,7 @@ def parse_sacct(text: str) -> dict[str, EndedJob]:
     """
     found: dict[str, EndedJob] = {}
     batch: dict[str, tuple[int, int]] = {}
+    others: dict[str, list[EndedJob]] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < 5:
@@ -192,17 +223,39 @@ def parse_sacct(text: str) -> dict[str, EndedJob]:
         slurm_id, state, exit_text, nodes, end = (p.strip() for p in parts[:5])
         code, sig = parse_exit(exit_text)
         job_id, dot, step = slurm_id.partition(".")
+        job_id, plus, offset = job_id.partition("+")  # a heterogeneous job's component: ``12+1``
         if dot:
             if step == "batch":
                 batch[job_id] = (code, sig)
             continue
         started = _when(parts[5].strip()) if len(parts) > 5 else None
-        found[slurm_id] = EndedJob(slurm_id, state, code, sig, nodes, _when(end), started)
+        ended = EndedJob(job_id, state, code, sig, nodes, _when(end), started)
+        if plus and offset != "0":
+            others.setdefault(job_id, []).append(ended)
+        else:
+            found[job_id] = ended
+    for slurm_id, components in others.items():
+        if slurm_id in found:
+            found[slurm_id] = _fold_ends(found[slurm_id], components)
     for slurm_id, (code, sig) in batch.items():
         ended = found.get(slurm_id)
         if ended is not None and (ended.exit_code, ended.signal) == (0, 0) and ended.base_state != "COMPLETED":
             found[slurm_id] = replace(ended, exit_code=code, signal=sig)
     return found
+
+
+def _fold_ends(first: EndedJob, others: Sequence[EndedJob]) -> EndedJob:
+    """A heterogeneous job's end as one: its first component's (the batch script's), every node.
+
+    A component the system ended (``NODE_FAIL`` on its node) ends the whole job so.
+    """
+    nodes = ",".join(e.nodes for e in (first, *others) if e.nodes)
+    ends = [e.ended_at for e in (first, *others) if e.ended_at is not None]
+    folded = replace(first, nodes=nodes, ended_at=max(ends) if ends else None)
+    system = [e for e in others if e.base_state in SYSTEM_ENDS]
+    if system and folded.base_state not in SYSTEM_ENDS:
+        folded = replace(folded, state=system[0].state)
+    return folded
 
 
 def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
@@ -220,7 +273,10 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
         if slurm_id in found and found[slurm_id].base_state not in ACTIVE_STATES:
             continue
         try:
-            fields = key_values(run(["scontrol", "show", "job", "-o", slurm_id]))
+            # A heterogeneous job is a line per component, its first component's first.
+            lines = run(["scontrol", "show", "job", "-o", slurm_id]).splitlines() or [""]
+            fields = key_values(lines[0])
+            nodes = ",".join(n for n in (key_values(line).get("NodeList", "") for line in lines) if n)
         except SlurmError as exc:
             if "invalid job id" in str(exc).lower() and slurm_id not in found:
                 found[slurm_id] = EndedJob(slurm_id, LOST, 0, 0, "", None)  # neither accounted for nor remembered
@@ -233,7 +289,7 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
                 state,
                 code,
                 sig,
-                fields.get("NodeList", ""),
+                nodes,
                 _when(fields.get("EndTime", "")),
                 _when(fields.get("StartTime", "")),
             )
@@ -246,8 +302,8 @@ def cards_given(slurm_id: str) -> dict[str, list[int]]:
     for line in run(["scontrol", "show", "job", "-d", slurm_id]).splitlines():
         found = re.search(r"\bNodes=(\S+)\s.*\bGRES=(\S+)", line)
         if found:
-            indexes = [i for idx in re.findall(r"IDX:([0-9,-]+)", found.group(2)) for i in expand_indexes(idx)]
-            given[found.group(1)] = sorted(set(indexes))
+            indexes = sorted({i for idx in re.findall(r"IDX:([0-9,-]+)", found.group(2)) for i in expand_indexes(idx)})
+            given.update({node: list(indexes) for node in expand_hostlist(found.group(1))})  # ``npu[1-2]``: each
     return given
 
 
@@ -259,11 +315,13 @@ class SlurmNodeLayout:
     cards: tuple[int, ...]
     per_card: bool
     state: str
+    #: Where the other nodes of a multi-node job reach it (``NodeAddr``): ``MASTER_ADDR``, its ``server_id``.
+    address: str = ""
 
 
 def node_layouts() -> dict[str, SlurmNodeLayout]:
     """Slurm's nodes by name (``scontrol show node -o``, read by :func:`devices.slurm.survey.nodes`)."""
-    return {n.name: SlurmNodeLayout(n.name, n.cards, n.per_card, n.state) for n in survey.nodes()}
+    return {n.name: SlurmNodeLayout(n.name, n.cards, n.per_card, n.state, n.address) for n in survey.nodes()}
 
 
 #: A job Slurm has run for less than this may not have its processes yet: Slurm shows it ``RUNNING``
@@ -366,10 +424,16 @@ def start_dir(job: Job, account: pwd.struct_passwd) -> str:
     return account.pw_dir if account.pw_dir and os.path.isdir(account.pw_dir) else "/tmp"
 
 
-def run_output(job: Job, attempt: int, node: str, account: pwd.struct_passwd | None = None) -> Path:
-    """The file a run's output goes to: the job's ``output`` (patterns filled in) or one of its own per run."""
+def run_output(
+    job: Job, attempt: int, node: str, account: pwd.struct_passwd | None = None, *, first: bool = True
+) -> Path:
+    """The file a run's output on ``node`` goes to: the job's ``output`` (patterns filled in) or one of its own.
+
+    Without an ``output``, ``<job>.<attempt>.out`` on the run's first node (``first``, as for every
+    single-node run) and ``<job>.<attempt>.<node>.out`` on the other nodes of a multi-node run.
+    """
     if not job.output:
-        return output_dir() / f"{job.pk}.{attempt}.out"
+        return output_dir() / (f"{job.pk}.{attempt}.out" if first else f"{job.pk}.{attempt}.{node}.out")
     path = Path(output_file(job, node))
     if not path.is_absolute():
         path = Path(start_dir(job, account or account_of(job))) / path
@@ -410,11 +474,178 @@ def job_env(job: Job, run_id: str, account: pwd.struct_passwd, cards: Sequence[i
 
 
 # --------------------------------------------------------------------------------------------------
+# a job on several nodes
+
+#: Bash lines, run on node rank 0 (where the batch script runs), that move ``MASTER_PORT`` past ports
+#: something already listens on there: the port each process is given is one the job can bind.
+PORT_SCRIPT = """for _npu_try in $(seq 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$MASTER_PORT") 2>/dev/null || break
+  MASTER_PORT=$((MASTER_PORT + 1))
+done
+export MASTER_PORT
+unset _npu_try"""
+#: What each node's task of the gathering step writes to ``<folder>/<node>.cards``: its cards (first
+#: line), ``/etc/hccn.conf``, and ``hccn_tool``'s answer for each card (``## card N`` before each).
+GATHER_SCRIPT = r"""{
+  echo "$ASCEND_RT_VISIBLE_DEVICES"
+  cat /etc/hccn.conf 2>/dev/null
+  if command -v hccn_tool >/dev/null 2>&1; then
+    for _c in ${ASCEND_RT_VISIBLE_DEVICES//,/ }; do echo "## card $_c"; hccn_tool -i "$_c" -ip -g 2>/dev/null; done
+  fi
+} > "$1/$SLURMD_NODENAME.cards"
+"""
+#: The end of the program that writes the rank table on node rank 0 (after :mod:`devices.agent.ranktable`'s
+#: source): each node's ``.cards`` file gives its cards and their IPs as the agents read them (the
+#: file first, then ``hccn_tool``); ``argv``: the folder, the table's path, then ``node=address`` in rank order.
+RANK_TABLE_MAIN = """
+def _main(folder, table, nodes):
+    import json, os, pathlib
+    servers = []
+    for item in nodes:
+        node, _, address = item.partition("=")
+        text = (pathlib.Path(folder) / (node + ".cards")).read_text()
+        first, _, rest = text.partition("\\n")
+        conf, *tools = rest.split("## card ")
+        ips = parse_hccn_conf(conf)
+        for tool in tools:
+            card, _, answer = tool.partition("\\n")
+            if card.strip().isdigit() and int(card) not in ips and parse_hccn_tool_ip(answer):
+                ips[int(card)] = parse_hccn_tool_ip(answer)
+        cards = [int(c) for c in first.split(",") if c.strip().isdigit()]
+        servers.append(ServerCards(address, tuple((c, ips.get(c, "")) for c in cards)))
+    part = table + ".part"
+    pathlib.Path(part).write_text(json.dumps(build_rank_table(servers), indent=2) + "\\n")
+    os.replace(part, table)
+
+
+import sys
+_main(sys.argv[1], sys.argv[2], sys.argv[3:])
+"""
+
+
+#: Each node's task of the run: its variables, then the command, its output to the node's file. The
+#: first part to fail writes ``<node> <exit code>`` to ``failed`` (``set -C``: only the first does);
+#: ``srun --kill-on-bad-exit`` then ends the other parts.
+PART_SCRIPT = r""". "$1/node.sh" || exit 1
+bash "$1/command.sh" >>"$_npu_out" 2>&1
+_npu_rc=$?
+if [ "$_npu_rc" -ne 0 ]; then (set -C; echo "$SLURMD_NODENAME $_npu_rc" > "$1/failed") 2>/dev/null; fi
+exit "$_npu_rc"
+"""
+#: After the run's step: the run ends with the exit code of its first part to fail, named as the agents
+#: name it (``the part on ascend-b4-02 failed (exit code 3)``), not with that of a part ended after it.
+ENDING_SCRIPT = r"""_npu_rc=$?
+if [ -s "$_npu_dir/failed" ]; then
+  read -r _npu_node _npu_rc < "$_npu_dir/failed"
+  echo "npuportal: the part on $_npu_node failed (exit code $_npu_rc)" >&2
+fi
+exit "$_npu_rc"
+"""
+
+
+def rendezvous_dir(job_id: int, attempt: int) -> Path:
+    """Where a multi-node run keeps its rank table and its nodes' scripts: the shared output folder."""
+    return output_dir() / f"{job_id}.{attempt}.rendezvous"
+
+
+def failed_part(job_id: int, attempt: int) -> str | None:
+    """The node of a multi-node run whose part failed first (its ``failed`` file: :data:`PART_SCRIPT`), if one did."""
+    try:
+        words = (rendezvous_dir(job_id, attempt) / "failed").read_text().split()
+    except OSError:
+        return None
+    return words[0] if words else None
+
+
+def node_env(job: Job, attempt: int, parts: Sequence[NodePart]) -> list[dict[str, str]]:
+    """Each node's rendezvous variables, node rank 0 first: what the agents give each part (``Rendezvous.env``).
+
+    ``MASTER_ADDR`` and the rank table's ``server_id`` are Slurm's ``NodeAddr`` of each node;
+    ``MASTER_PORT`` is where node rank 0 starts looking for a free port (:data:`PORT_SCRIPT`), in
+    the agents' default range; ``ASCEND_RT_VISIBLE_DEVICES`` is the node's own cards where they are exact.
+    """
+    from devices.agent.ranktable import ServerCards
+    from devices.agent.rendezvous import DEFAULT_PORTS, Rendezvous
+
+    low, high = DEFAULT_PORTS
+    servers = tuple(ServerCards(p.layout.address or p.node, tuple((c, "") for c in p.cards)) for p in parts)
+    table = rendezvous_dir(job.pk, attempt) / "ranktable.json"
+    found = []
+    for rank, part in enumerate(parts):
+        env = Rendezvous(servers[0].server_id, low + job.pk % (high - low + 1), rank, servers).env(table)
+        if part.layout.per_card:
+            env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(c) for c in part.cards)
+        found.append(env)
+    return found
+
+
+def multinode_script(
+    job: Job, attempt: int, account: pwd.struct_passwd, parts: Sequence[NodePart], *, heterogeneous: bool
+) -> str:
+    """The batch script of a run on several nodes: one task per node, each with its node's environment.
+
+    It runs on node rank 0. It writes ``node.sh`` (each node's variables, by ``SLURMD_NODENAME``) and
+    the job's command to the run's folder on shared storage (:func:`rendezvous_dir`), takes a free
+    ``MASTER_PORT``, runs a first step on every node that records its cards and their IPs, writes
+    the HCCL rank table from them with the agents' own code (``python3`` on node rank 0), then runs
+    the command once per node (``srun``, one task per node, ended on every node if one fails), each
+    node's output to its own file (:func:`run_output`).
+    """
+    import inspect
+
+    from devices.agent import ranktable
+
+    folder = rendezvous_dir(job.pk, attempt)
+    common = job_env(job, f"{job.pk}.{attempt}", account, None)
+    per_node = node_env(job, attempt, parts)
+    common["MASTER_PORT"] = per_node[0].pop("MASTER_PORT")
+    lines = ["#!/bin/bash"]
+    if heterogeneous:
+        for n, part in enumerate(parts):
+            if n:
+                lines.append("#SBATCH hetjob")
+            lines.append(f"#SBATCH --nodelist={part.node} --nodes=1 --ntasks-per-node=1 --gres={part.gres}")
+        step = ["srun", "--export=ALL", "--kill-on-bad-exit=1", f"--het-group={','.join(map(str, range(len(parts))))}"]
+    else:
+        step = ["srun", "--export=ALL", "--kill-on-bad-exit=1", f"--nodes={len(parts)}", f"--ntasks={len(parts)}"]
+        step.append("--ntasks-per-node=1")
+    lines.append(f"# npuportal job {job.pk}: {len(parts)} nodes, one task on each")
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(common.items())]
+    cases = ['case "$SLURMD_NODENAME" in']
+    for n, (part, env) in enumerate(zip(parts, per_node, strict=True)):
+        env.pop("MASTER_PORT", None)
+        out = run_output(job, attempt, part.node, account, first=n == 0)
+        assigned = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+        cases.append(f"  {shlex.quote(part.node)})")
+        cases.append(f"    export {assigned}")
+        cases.append(f"    _npu_out={shlex.quote(str(out))}")
+        if not part.layout.per_card:
+            cases += ["    " + line for line in COUNT_CARDS_SCRIPT.rstrip("\n").splitlines()]
+        cases.append("    ;;")
+    cases += ['  *) echo "npuportal: $SLURMD_NODENAME is not a node of this run" >&2; exit 1 ;;', "esac"]
+    program = inspect.getsource(ranktable) + RANK_TABLE_MAIN
+    addresses = [f"{part.node}={part.layout.address or part.node}" for part in parts]
+    where = shlex.quote(str(folder))
+    lines += [
+        f"_npu_dir={where}",
+        'mkdir -p -m 700 "$_npu_dir" || exit 1',
+        f'printf "%s\\n" {shlex.quote(chr(10).join(cases))} > "$_npu_dir/node.sh"',
+        f'printf "%s\\n" {shlex.quote(job.command)} > "$_npu_dir/command.sh"',
+        PORT_SCRIPT,
+        shlex.join([*step, "bash", "-c", '. "$1/node.sh" && ' + GATHER_SCRIPT, "_", str(folder)]) + " || exit 1",
+        shlex.join(["python3", "-c", program, str(folder), str(folder / "ranktable.json"), *addresses]) + " || exit 1",
+        shlex.join([*step, "bash", "-c", PART_SCRIPT, "_", str(folder)]),
+        ENDING_SCRIPT,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
 # launch
 
 
 class LaunchRefused(ValueError):
-    """A launch no retry can change (a multi-node job, an account that does not exist): the job fails."""
+    """A launch no retry can change (a vNPU slice, an account that does not exist): the job fails."""
 
 
 @dataclass(frozen=True)
@@ -431,34 +662,70 @@ def _comment(job_id: int, attempt: int) -> str:
     return f"npuportal:{job_id}:{attempt}"
 
 
+@dataclass(frozen=True)
+class NodePart:
+    """One node of a run: the cards the portal chose there and how Slurm declares that node's cards."""
+
+    node: str
+    cards: tuple[int, ...]
+    layout: SlurmNodeLayout
+
+    @property
+    def gres(self) -> str:
+        """``--gres``: the exact cards where each is its own GRES type, else a count (Slurm picks, read back)."""
+        if self.layout.per_card:
+            return ",".join(f"npu:c{c}:1" for c in self.cards)
+        return f"npu:{len(self.cards)}"
+
+
+def _parts(allocs: Sequence[Allocation], layouts: dict[str, SlurmNodeLayout]) -> list[NodePart]:
+    """The run's nodes in node-name order (node rank 0 first, as the agents rank them); refuses a vNPU slice."""
+    if any(a.vnpu_template_id is not None for a in allocs):
+        raise LaunchRefused("a vNPU slice cannot run on Slurm through npuportal yet")
+    cards: dict[str, list[int]] = {}
+    for alloc in allocs:
+        cards.setdefault(alloc.device.node.name, []).append(alloc.device.index)
+    parts = []
+    for node in sorted(cards):
+        layout = layouts.get(node)
+        if layout is None:
+            raise LaunchRefused(f"Slurm has no node {node}")
+        parts.append(NodePart(node, tuple(sorted(cards[node])), layout))
+    if not parts:
+        raise LaunchRefused("the job holds no cards")
+    return parts
+
+
 def _submission(
     job: Job, attempt: int, allocs: Sequence[Allocation], layouts: dict[str, SlurmNodeLayout]
 ) -> Submission:
-    """The ``sbatch`` of one run; :class:`LaunchRefused` for what this executor cannot run."""
-    nodes = sorted({a.device.node.name for a in allocs})
-    if len(nodes) != 1:
-        raise LaunchRefused(f"a job on {len(nodes)} nodes cannot run on Slurm through npuportal yet")
-    if any(a.vnpu_template_id is not None for a in allocs):
-        raise LaunchRefused("a vNPU slice cannot run on Slurm through npuportal yet")
-    node = nodes[0]
-    layout = layouts.get(node)
-    if layout is None:
-        raise LaunchRefused(f"Slurm has no node {node}")
-    cards = sorted(a.device.index for a in allocs)
+    """The ``sbatch`` of one run; :class:`LaunchRefused` for what this executor cannot run.
+
+    A run on one node is one task there. A run on several nodes is one Slurm job with one task per
+    node (:func:`multinode_script`): ``--nodes=N --nodelist=a,b --gres=…`` when every node gets the
+    same ``--gres``, else a heterogeneous job of one component per node (``#SBATCH hetjob``).
+    """
+    parts = _parts(allocs, layouts)
     account = account_of(job)
     chdir = start_dir(job, account)
-    out = run_output(job, attempt, node, account)
+    out = run_output(job, attempt, parts[0].node, account)
     if not job.output:
         _make_output_dir(out.parent)
-    gres = ",".join(f"npu:c{c}:1" for c in cards) if layout.per_card else f"npu:{len(cards)}"
     argv = [
         "sbatch",
         "--parsable",
         f"--job-name={job.name}",
         f"--comment={_comment(job.pk, attempt)}",
-        f"--nodelist={node}",
-        "--nodes=1",
-        f"--gres={gres}",
+    ]
+    heterogeneous = len({part.gres for part in parts}) > 1
+    if not heterogeneous:  # else each node's request is a component of the script's (#SBATCH hetjob)
+        argv += [
+            f"--nodelist={','.join(part.node for part in parts)}",
+            f"--nodes={len(parts)}",
+            "--ntasks-per-node=1",
+            f"--gres={parts[0].gres}",
+        ]
+    argv += [
         f"--chdir={chdir}",
         f"--output={str(out).replace('%', '%%')}",
         "--open-mode=append",
@@ -476,8 +743,12 @@ def _submission(
         elapsed = (timezone.now() - job.started_at).total_seconds() if job.started_at else 0
         argv.append(f"--time={max(1, -(-int(job.max_duration_s - elapsed) // 60))}")  # minutes, rounded up
     run_id = f"{job.pk}.{attempt}"
-    env = job_env(job, run_id, account, cards if layout.per_card else None)
-    script = batch_script(job, env, count_cards=not layout.per_card)
+    if len(parts) == 1:
+        part = parts[0]
+        env = job_env(job, run_id, account, part.cards if part.layout.per_card else None)
+        script = batch_script(job, env, count_cards=not part.layout.per_card)
+    else:
+        script = multinode_script(job, attempt, account, parts, heterogeneous=heterogeneous)
     return Submission(_comment(job.pk, attempt), argv, script, account.pw_name)
 
 
@@ -742,6 +1013,13 @@ class SlurmExecutor:
                 summary.requeued.append(job_id)
                 return
             exit_code, reason, detail = outcome(ended)
+            if reason != "Completed":
+                # A multi-node job is one unit: the part that failed first ended it, named as the agents name it.
+                from devices.executors.agents import current_attempts
+
+                failing = failed_part(job_id, current_attempts([job_id])[job_id])
+                if failing:
+                    detail = f"on {failing}: {detail}"
             transitions.finish(job_id, exit_code=exit_code, ended_at=ended.ended_at, detail=detail, reason=reason)
         summary.finished.append(job_id)
         log.info("Slurm job %s of job %s ended %s (%s)", slurm_id, job_id, state, exit_words(code))
@@ -861,10 +1139,19 @@ class SlurmOutput:
         job = Job.objects.select_related("submitter__profile").filter(pk=int(job_text)).first()
         if job is None:
             return None
+        attempt = int(attempt_text)
         try:
-            path = run_output(job, int(attempt_text), self.node)
+            path = run_output(job, attempt, self.node, first=_first_node(job, attempt) in {None, self.node})
         except LaunchRefused:
             return None
         if not path.exists() and job.is_final:
             return None
         return read_log(path, offset=offset, tail=tail)
+
+
+def _first_node(job: Job, attempt: int) -> str | None:
+    """The first node (node rank 0) of a run, from its allocations; ``None`` for a run the portal has no record of."""
+    from scheduling.services.output import runs_of
+
+    runs = runs_of(job)
+    return runs[attempt - 1].nodes[0] if 0 < attempt <= len(runs) else None

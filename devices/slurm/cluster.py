@@ -294,6 +294,9 @@ class LocalCluster:
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
             "SchedulerType=sched/backfill",
+            # Only the backfill pass starts a heterogeneous job (a multi-node run whose nodes take
+            # different --gres): every second here rather than Slurm's default 30 s.
+            "SchedulerParameters=bf_interval=1",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "GresTypes=npu",

@@ -77,6 +77,28 @@ def parse_gres(text: str) -> tuple[tuple[int, ...], bool]:
     return tuple(range(count + len(typed))), False
 
 
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed node list in full: ``npu[1-2,4],gpu7`` → ``['npu1', 'npu2', 'npu4', 'gpu7']``.
+
+    ``squeue``'s ``%N`` and ``scontrol show job -d``'s ``Nodes=`` group nodes so; a range keeps its
+    zero padding (``ascend-b4-[01-02]``). A name with several bracket groups expands each in turn.
+    """
+    found: list[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text.strip()):
+        bracket = re.match(r"([^\[]*)\[([^\]]*)\](.*)", item)
+        if bracket is None:
+            found.append(item)
+            continue
+        prefix, ranges, rest = bracket.groups()
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            if not low.isdigit() or (high and not high.isdigit()):
+                continue
+            for number in range(int(low), int(high or low) + 1):
+                found.extend(prefix + str(number).zfill(len(low)) + tail for tail in expand_hostlist(rest) or [""])
+    return found
+
+
 def expand_indexes(text: str) -> list[int]:
     """``0-1,4`` → ``[0, 1, 4]``."""
     found: list[int] = []

@@ -25,7 +25,7 @@ from django.db.models import Q
 
 from devices.models import Device
 from devices.services import inventory
-from devices.slurm.commands import expand_indexes
+from devices.slurm.commands import expand_hostlist, expand_indexes
 from npuportal.cluster_lock import lock_cluster
 
 #: Slurm's states of a job that holds its cards (a pending one holds none; a suspended one keeps its GRES).
@@ -60,7 +60,9 @@ def parse_job_details(text: str) -> dict[str, HeldCards]:
         for node, gres in re.findall(r"(?m)^\s+Nodes=(\S+)\s.*\bGRES=(\S*)", block):
             indexes = sorted({i for idx in re.findall(r"IDX:([0-9,-]+)", gres) for i in expand_indexes(idx)})
             if indexes:
-                cards[node] = tuple(indexes)
+                cards.update(
+                    dict.fromkeys(expand_hostlist(node), tuple(indexes))
+                )  # ``npu[1-2]``: the same cards on each
         if cards:
             found[job.group(1)] = HeldCards(job.group(1), user.group(1) if user else "", cards)
     return found

@@ -43,6 +43,8 @@ class NodeReport:
     gres: str
     features: tuple[str, ...]
     partitions: tuple[str, ...]
+    #: Where other nodes reach it (``NodeAddr``; its name when Slurm gives none).
+    address: str = ""
 
     @property
     def base_state(self) -> str:
@@ -148,6 +150,7 @@ def parse_nodes(text: str) -> list[NodeReport]:
                 gres="" if fields.get("Gres") == "(null)" else fields.get("Gres", ""),
                 features=tuple(f for f in features.split(",") if f and f != "(null)"),
                 partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p),
+                address=fields.get("NodeAddr") or fields["NodeName"],
             )
         )
     return found

@@ -12,8 +12,10 @@ from devices.executors.slurm import (
     expand_indexes,
     outcome,
     parse_sacct,
+    squeue,
 )
-from devices.slurm.commands import parse_gres
+from devices.slurm.commands import expand_hostlist, parse_gres
+from devices.slurm.foreign import parse_job_details
 
 SACCT = """\
 11|COMPLETED|0:0|npu1|2026-12-03T17:52:29
@@ -144,3 +146,45 @@ def test_a_time_limit_end_takes_its_signal_from_the_batch_step() -> None:
     )
     assert ends["21"].started_at is not None
     assert outcome(ends["22"]) == (0, "Completed", "exit code 0")
+
+
+def test_slurms_node_lists_are_written_out() -> None:
+    assert expand_hostlist("ascend-b4-[01-02,04],npu7") == ["ascend-b4-01", "ascend-b4-02", "ascend-b4-04", "npu7"]
+    assert expand_hostlist("r[1-2]-n[1-2]") == ["r1-n1", "r1-n2", "r2-n1", "r2-n2"]
+    assert expand_hostlist("") == []
+
+
+def test_a_heterogeneous_jobs_components_read_as_one_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-node run whose nodes take different ``--gres`` is a heterogeneous job: ``31+0``, ``31+1``."""
+    ends = parse_sacct(
+        "31+0|FAILED|1:0|npu1|2026-12-04T01:35:49|2026-12-04T01:35:40\n"
+        "31+0.batch|FAILED|1:0|npu1|2026-12-04T01:35:49|2026-12-04T01:35:40\n"
+        "31+0.1|FAILED|1:0|npu1|2026-12-04T01:35:49|2026-12-04T01:35:41\n"
+        "31+1|CANCELLED|0:15|npu3|2026-12-04T01:35:50|2026-12-04T01:35:40\n"
+        "32+0|CANCELLED|0:15|npu1|2026-12-04T01:36:49|2026-12-04T01:35:40\n"
+        "32+1|NODE_FAIL|0:0|npu2|2026-12-04T01:36:49|2026-12-04T01:35:40\n"
+    )
+    assert sorted(ends) == ["31", "32"]
+    assert (ends["31"].base_state, ends["31"].code, ends["31"].nodes) == ("FAILED", 1, "npu1,npu3")
+    assert ends["31"].ended_at is not None and ends["31"].ended_at.minute == 35 and ends["31"].ended_at.second == 50
+    assert ends["32"].base_state in SYSTEM_ENDS, "a component's node failure requeues the whole job"
+
+    monkeypatch.setattr(
+        "devices.executors.slurm.run",
+        lambda argv: (
+            "31+0|RUNNING|nobody|npu1|2026-12-04T01:35:40|2026-12-04T01:35:30|None|npuportal:7:1\n"
+            "31+1|RUNNING|nobody|npu3|2026-12-04T01:35:40|2026-12-04T01:35:30|None|npuportal:7:1\n"
+            "33|PENDING|nobody||N/A|2026-12-04T01:35:30|Resources|npuportal:8:1\n"
+        ),
+    )
+    queued = squeue()
+    assert sorted(queued) == ["31", "33"]
+    assert (queued["31"].state, queued["31"].nodes, queued["31"].portal_run) == ("RUNNING", "npu1,npu3", (7, 1))
+
+
+def test_the_cards_of_a_job_on_several_nodes_are_read_per_node() -> None:
+    held = parse_job_details(
+        "JobId=40 JobName=x\n   UserId=alice(1000) GroupId=alice(1000)\n"
+        "     Nodes=npu[1-2] CPU_IDs=0 Mem=0 GRES=npu:c3:1(IDX:3),npu:c4:1(IDX:4)\n"
+    )
+    assert held["40"].cards == {"npu1": (3, 4), "npu2": (3, 4)}
