@@ -34,9 +34,12 @@ SLURM_NODES = (
 COUNT_NODE = "ascend-b4-03"
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[LocalCluster]:
-    """The session's Slurm cluster; its start-up time is ``started_in_s``."""
+def session_cluster() -> Iterator[LocalCluster]:
+    """The session's Slurm cluster, as the ``slurm_cluster`` fixture (tests/conftest.py) yields it.
+
+    The fixture is defined there, once, so that these tests and the executor journey
+    (tests/test_executor_journey.py) share one cluster per session rather than starting two.
+    """
     started = time.monotonic()
     cluster, root = _start(bool(shutil.which("mariadb") or shutil.which("mysql")))
     print(f"\nSlurm test cluster up in {time.monotonic() - started:.1f} s (accounting: {cluster.accounting})")
