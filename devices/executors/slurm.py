@@ -762,23 +762,27 @@ class SlurmExecutor:
             return []
         return reconcile(reports, summary)
 
-    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> str | None:
         """Drain ``node`` in Slurm (``Reason="npuportal: <reason>"``), or resume it if Slurm has it drained.
 
         Slurm refuses ``State=RESUME`` for a node that is not drained or down, so it is asked first.
+        Returns what failed, naming the node and with Slurm's message (``None`` when done).
         """
         try:
             if in_service:
                 found = [n for n in survey.parse_nodes(run(["scontrol", "show", "node", "-o", node])) if n.name == node]
                 if not found or not found[0].drained:
-                    return
+                    return None
                 run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
                 log.info("node %s resumed in Slurm: %s", node, reason)
             else:
                 run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={slurm_reason(reason)}"])
                 log.info("node %s drained in Slurm: %s", node, reason)
         except SlurmError as exc:
-            log.warning("could not %s node %s in Slurm: %s", "resume" if in_service else "drain", node, exc)
+            problem = f"could not {'resume' if in_service else 'drain'} node {node} in Slurm: {exc}"
+            log.warning("%s", problem)
+            return problem
+        return None
 
     # -- output -------------------------------------------------------------------------------------
     def output_reader(self, node: str) -> SlurmOutput:
