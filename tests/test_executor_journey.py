@@ -192,7 +192,10 @@ class SlurmSite(Site):
         return job.agent_job_id not in squeue()
 
     def outside_job(self, node: str, cards: list[int]) -> str:
-        """``sbatch`` straight to Slurm on ``node``'s ``cards``, as a person with a shell there would; its id once it runs."""
+        """``sbatch`` straight to Slurm on ``node``'s ``cards``, as a person with a shell there would.
+
+        Returns Slurm's id of that job once it runs.
+        """
         from devices.executors.slurm import run, squeue
 
         argv = ["sbatch", "--parsable", f"--nodelist={node}", "--gres=" + ",".join(f"npu:c{c}:1" for c in cards)]
@@ -317,6 +320,12 @@ def _log(api: Any, job_id: int, **query: Any) -> dict[str, Any]:
     return body
 
 
+def _own_lines(text: str) -> list[str]:
+    """The job's own output lines: without the line Slurm's step daemon adds when a run is signalled or cancelled
+    (``slurmstepd: error: *** JOB 7 ON ascend-b4-01 CANCELLED AT …``)."""
+    return [line for line in text.splitlines() if not line.startswith("slurmstepd")]
+
+
 def _only(node: str) -> None:
     """Only ``node`` takes work (the other nodes cordoned in the portal): a full node is a full cluster."""
     Node.objects.exclude(name=node).update(state=Node.State.CORDONED)
@@ -345,8 +354,9 @@ def test_runs_on_the_decided_cards_its_output_reads_back_and_exit_code_3_fails_i
     assert output["complete"] is True
 
 
-def test_a_cancel_ends_it_cancelled_and_its_run_leaves_the_executor(site, submit) -> None:
-    job = _started(site, submit("sleep 300"))
+def test_a_cancel_ends_it_cancelled_and_its_run_leaves_the_executor(site, submit, api) -> None:
+    job = _started(site, submit("echo begun; sleep 300"))
+    wait_for(lambda: "begun" in _log(api, job.pk)["data"], message=f"job {job.pk} to begin")
     cancel_job(job.pk, actor=None, reason="not needed")
     assert _reload(job).state == Job.State.CANCELLED
     wait_for(lambda: site.gone(job), message=f"the run of job {job.pk} to leave {site.name}")
@@ -355,17 +365,20 @@ def test_a_cancel_ends_it_cancelled_and_its_run_leaves_the_executor(site, submit
     assert job.state == Job.State.CANCELLED
     assert job.events.last().reason == "Cancelled"
     assert job.allocations.filter(end__isnull=True).count() == 0
+    output = _log(api, job.pk)
+    assert _own_lines(output["data"]) == ["begun"]
+    assert output["complete"] is True
 
 
-def test_a_higher_class_preempts_after_its_grace_with_sigterm_and_the_victim_keeps_its_place(
-    site, submit, api
-) -> None:
+def test_a_higher_class_preempts_after_its_grace_with_sigterm_and_the_victim_keeps_its_place(site, submit, api) -> None:
     node = site.nodes[0]
     _only(node)
     trap = "trap 'echo got SIGTERM; exit 143' TERM; echo started; sleep 300 & wait"
     victim = _started(site, submit(trap, devices=8, name="victim", priority_class="low"))
+    first_run = victim.agent_job_id
     wait_for(lambda: "started" in _log(api, victim.pk)["data"], message="the victim to set its trap")
     submitted_at = victim.submitted_at
+    later = submit("echo later", devices=8, name="later", priority_class="low")
 
     urgent = submit("echo urgent", devices=2, name="urgent", priority_class="high")
     assert victim.pk in tick().preempted
@@ -377,19 +390,19 @@ def test_a_higher_class_preempts_after_its_grace_with_sigterm_and_the_victim_kee
     victim = _reload(victim)
     assert (victim.state, victim.pending_reason) == (Job.State.PENDING, "Preempted")
     assert victim.submitted_at == submitted_at, "queued again keeping its place (its submit time)"
-    # Slurm's own line may come between (``slurmstepd: error: *** JOB 7 ON ascend-b4-01 CANCELLED AT …``):
-    # its step daemon writes it into the output whenever it is asked to signal SIGTERM.
-    first = [line for line in _log(api, victim.pk, attempt=1)["data"].splitlines() if "slurmstepd" not in line]
-    assert first == ["started", "got SIGTERM"], "the victim was sent SIGTERM"
+    first = _log(api, victim.pk, attempt=1)
+    assert _own_lines(first["data"]) == ["started", "got SIGTERM"], "the victim was sent SIGTERM"
+    assert first["complete"] is True
 
     urgent = _reload(urgent)
     assert urgent.state in {Job.State.RUNNING, Job.State.COMPLETED}, (urgent.state, urgent.pending_reason)
     _observe_until(site, urgent, {Job.State.COMPLETED})
 
     victim = _observe_until(site, victim, {Job.State.RUNNING}, each=tick)
-    assert victim.agent_job_id != "" and victim.submitted_at == submitted_at
+    assert _reload(later).state == Job.State.PENDING, "the victim went first: it kept its place ahead of a later job"
     site.running(victim)
-    assert _log(api, victim.pk)["attempt"] == 2
+    assert victim.agent_job_id != first_run
+    wait_for(lambda: _log(api, victim.pk), until=lambda o: o["data"] == "started\n", message="the second run")
 
 
 def test_a_job_past_its_time_limit_ends_timeout_and_leaves_the_executor(site, submit) -> None:
