@@ -24,7 +24,6 @@ A step an executor does not do yet is listed in :data:`NOT_YET` (deleting its li
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -96,6 +95,14 @@ class Site:
 
     def gone(self, job: Job) -> bool:
         """Whether the job's current run no longer runs on the executor."""
+        raise NotImplementedError
+
+    def outside_job(self, node: str, cards: list[int]) -> str:
+        """Start a job on ``node``'s ``cards`` without the portal, once it runs; its id (see NOT_YET)."""
+        raise NotImplementedError
+
+    def outside_runs(self, outside: str) -> bool:
+        """Whether that job still runs."""
         raise NotImplementedError
 
 
@@ -192,23 +199,15 @@ class SlurmSite(Site):
         return job.agent_job_id not in squeue()
 
     def outside_job(self, node: str, cards: list[int]) -> str:
-        """``sbatch`` straight to Slurm on ``node``'s ``cards``, as a person with a shell there would.
+        from tests.slurm.conftest import outside_job
 
-        Returns Slurm's id of that job once it runs.
-        """
-        from devices.executors.slurm import run, squeue
+        return outside_job(node, cards)  # sbatch'ed directly, without the portal's comment
 
-        argv = ["sbatch", "--parsable", f"--nodelist={node}", "--gres=" + ",".join(f"npu:c{c}:1" for c in cards)]
-        argv += ["--chdir=/tmp", "--output=/dev/null", "--job-name=outside", "--wrap=sleep 600"]
-        if os.geteuid() == 0:
-            argv.append("--uid=nobody")
-        slurm_id = run(argv).strip().split(";")[0]
-        wait_for(
-            lambda: squeue().get(slurm_id),
-            until=lambda q: q is not None and q.state == "RUNNING",
-            message=f"outside Slurm job {slurm_id} to run",
-        )
-        return slurm_id
+    def outside_runs(self, outside: str) -> bool:
+        from devices.executors.slurm import squeue
+
+        found = squeue().get(outside)
+        return found is not None and found.state == "RUNNING"
 
 
 @pytest.fixture(scope="module", params=EXECUTORS)
@@ -455,9 +454,6 @@ def test_a_multi_node_job_runs_a_part_on_each_node_on_its_cards(site, submit, ap
 
 def test_cards_a_foreign_job_holds_are_never_given_and_that_job_is_left_alone(site, submit) -> None:
     not_yet(site, "foreign")
-    assert isinstance(site, SlurmSite)
-    from devices.executors.slurm import squeue
-
     node = site.nodes[0]
     _only(node)
     outside = site.outside_job(node, [0, 1])
@@ -466,5 +462,5 @@ def test_cards_a_foreign_job_holds_are_never_given_and_that_job_is_left_alone(si
     assert _decided(job) == {node: [2, 3, 4, 5, 6, 7]}
     assert site.cards(job) == {node: [2, 3, 4, 5, 6, 7]}
     site.observe()
-    assert squeue()[outside].state == "RUNNING", "the portal leaves a job it did not submit alone"
+    assert site.outside_runs(outside), "the portal leaves a job it did not submit alone"
     assert _reload(job).state == Job.State.RUNNING

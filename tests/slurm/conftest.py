@@ -151,6 +151,27 @@ def in_service(cluster: LocalCluster) -> None:
     )
 
 
+def outside_job(node: str, cards: list[int]) -> str:
+    """``sbatch`` on ``node``'s ``cards`` with no portal comment, as a person with a shell on the cluster would.
+
+    Returns Slurm's id of that job once it runs.
+    """
+    from devices.executors.slurm import squeue
+    from devices.slurm.commands import run
+
+    argv = ["sbatch", "--parsable", f"--nodelist={node}", "--gres=" + ",".join(f"npu:c{c}:1" for c in cards)]
+    argv += ["--chdir=/tmp", "--output=/dev/null", "--job-name=outside", "--wrap=sleep 600"]
+    if os.geteuid() == 0:
+        argv.append("--uid=nobody")
+    slurm_id = run(argv).strip().split(";")[0]
+    wait_for(
+        lambda: squeue().get(slurm_id),
+        until=lambda q: q is not None and q.state == "RUNNING",
+        message=f"outside Slurm job {slurm_id} to run",
+    )
+    return slurm_id
+
+
 @pytest.fixture
 def submit_slurm(demo) -> Callable[..., Any]:
     """Submit a 910B4 job as the training lead (on whichever Slurm site the test asked for)."""
