@@ -64,7 +64,7 @@ def test_the_job_says_which_account_its_agent_ran_it_as(cluster, submit, api) ->
 
 def test_npuctl_show_says_runs_as_in_every_case() -> None:
     assert runs_as({"posix_user": "ana", "ran_as": "ana"}) == "ana"
-    assert runs_as({"posix_user": "ana", "ran_as": ""}) == "ana (asked for; not reported by a node agent yet)"
+    assert runs_as({"posix_user": "ana", "ran_as": ""}) == "ana (asked for; not reported by the cluster yet)"
     assert runs_as({"posix_user": "ana", "ran_as": "root"}) == "root (as the cluster reported; asked for ana)"
     assert runs_as({"ran_as": "root"}) == "root"  # an older server without posix_user
 

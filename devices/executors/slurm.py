@@ -206,7 +206,10 @@ def parse_sacct(text: str) -> dict[str, EndedJob]:
 
 
 def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
-    """How these jobs ended: ``sacct``'s text output, else ``scontrol show job`` (no accounting, or not yet in it)."""
+    """How these jobs ended: ``sacct``'s text output, else ``scontrol show job`` (no accounting, or not yet in it).
+
+    An end accounted without its status yet (:func:`_status_unknown`) takes the controller's.
+    """
     if not slurm_ids:
         return {}
     found: dict[str, EndedJob] = {}
@@ -217,7 +220,8 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
     except SlurmError as exc:
         log.info("sacct could not say how jobs ended (%s); asking the controller", exc)
     for slurm_id in slurm_ids:
-        if slurm_id in found and found[slurm_id].base_state not in ACTIVE_STATES:
+        accounted = found.get(slurm_id)
+        if accounted is not None and accounted.base_state not in ACTIVE_STATES and not _status_unknown(accounted):
             continue
         try:
             fields = key_values(run(["scontrol", "show", "job", "-o", slurm_id]))
@@ -227,6 +231,11 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
             continue
         code, sig = parse_exit(fields.get("ExitCode", ""))
         state = fields.get("JobState", "")
+        if accounted is not None and accounted.base_state not in ACTIVE_STATES:
+            # Accounted, but without its batch step's status yet: the controller's is the same one.
+            if state and state not in ACTIVE_STATES and (code, sig) != (0, 0):
+                found[slurm_id] = replace(accounted, exit_code=code, signal=sig)
+            continue
         if state and state not in ACTIVE_STATES:
             found[slurm_id] = EndedJob(
                 slurm_id,
@@ -238,6 +247,16 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
                 _when(fields.get("StartTime", "")),
             )
     return found
+
+
+def _status_unknown(ended: EndedJob) -> bool:
+    """Whether ``sacct`` gave this end without the status that says how it ended.
+
+    A job Slurm stopped (``TIMEOUT``, ``CANCELLED``) reads ``0:0`` on its own line; the signal is on
+    its batch step's line, which can reach the accounting a moment after the job's (slurmdbd is
+    told of each apart), so an observation right after the end may find the job's line alone.
+    """
+    return ended.base_state not in {"COMPLETED", *SYSTEM_ENDS} and (ended.exit_code, ended.signal) == (0, 0)
 
 
 def cards_given(slurm_id: str) -> dict[str, list[int]]:

@@ -144,3 +144,28 @@ def test_a_time_limit_end_takes_its_signal_from_the_batch_step() -> None:
     )
     assert ends["21"].started_at is not None
     assert outcome(ends["22"]) == (0, "Completed", "exit code 0")
+
+
+def test_a_time_limit_end_accounted_before_its_batch_step_takes_the_controllers_status(monkeypatch) -> None:
+    """slurmdbd hears of the job's end and its batch step's apart: the first may be all ``sacct`` has yet."""
+    from devices.executors import slurm
+
+    answers = {
+        "sacct": "21|TIMEOUT|0:0|npu1|2026-12-03T21:32:14|2026-12-03T21:30:54\n",
+        "scontrol": "JobId=21 JobName=job JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 NodeList=npu1",
+    }
+    asked: list[str] = []
+
+    def run(argv: list[str], **_: object) -> str:
+        asked.append(argv[0])
+        return answers[argv[0]]
+
+    monkeypatch.setattr(slurm, "run", run)
+    ended = slurm.ended_jobs(["21"])["21"]
+    assert (ended.base_state, ended.code, ended.nodes) == ("TIMEOUT", -15, "npu1")
+    assert outcome(ended)[2] == "Slurm stopped it at its time limit: killed by signal SIGTERM"
+
+    answers["sacct"] += "21.batch|CANCELLED|0:15|npu1|2026-12-03T21:32:15|2026-12-03T21:30:54\n"
+    asked.clear()
+    assert slurm.ended_jobs(["21"])["21"].code == -15
+    assert asked == ["sacct"], "accounted with its batch step's status: the controller is not asked"
