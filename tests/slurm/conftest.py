@@ -135,7 +135,8 @@ def in_service(cluster: LocalCluster) -> None:
     """Every node of the session's cluster back in service: a test before may have drained or downed one.
 
     The database starts afresh with each test, Slurm does not: a drain the portal or a test left
-    would hold the next test's jobs pending.
+    would hold the next test's jobs pending. A node just resumed reads ``IDLE+NOT_RESPONDING``
+    until the controller's next ping of it (a second or so), so that is waited for too.
     """
     from devices.slurm import survey
     from devices.slurm.commands import run
@@ -143,11 +144,16 @@ def in_service(cluster: LocalCluster) -> None:
     for node in survey.nodes():
         if node.drained or node.down:
             run(["scontrol", "update", f"NodeName={node.name}", "State=RESUME"])
+
+    def ready(node: survey.NodeReport) -> bool:
+        answering = "NOT_RESPONDING" not in node.flags and not node.state.split("+", 1)[0].endswith("*")
+        return answering and not (node.drained or node.down)
+
     wait_for(
         survey.nodes,
-        until=lambda nodes: all(not (n.drained or n.down) for n in nodes),
+        until=lambda nodes: all(ready(n) for n in nodes),
         interval=0.2,
-        message="every Slurm node back in service",
+        message="every Slurm node back in service and answering",
     )
 
 
