@@ -477,8 +477,8 @@ def runs_as(job: dict[str, Any]) -> str:
     asked = job.get("posix_user") or ""
     ran = job.get("ran_as") or ""
     if not ran:
-        return f"{asked} (asked for; not reported by a node agent yet)" if asked else ""
-    return ran if not asked or ran == asked else f"{ran} (as the node agent reported; asked for {asked})"
+        return f"{asked} (asked for; not reported by the cluster yet)" if asked else ""
+    return ran if not asked or ran == asked else f"{ran} (as the cluster reported; asked for {asked})"
 
 
 def cmd_show(api: Client, args: argparse.Namespace) -> int:

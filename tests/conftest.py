@@ -126,6 +126,18 @@ def demo(db):
     return True
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Any]:
+    """The session's real single-host Slurm cluster (``tests.slurm.conftest.session_cluster``); skipped without Slurm.
+
+    Here rather than in tests/slurm/conftest.py so that every test using it shares one per session
+    (per xdist worker): the Slurm tests and the executor journey.
+    """
+    from tests.slurm.conftest import session_cluster
+
+    yield from session_cluster()
+
+
 @pytest.fixture
 def user_factory(db) -> Callable[..., object]:
     from django.contrib.auth import get_user_model

@@ -34,8 +34,12 @@ class FakeExecutor:
     def inventory(self) -> list[ServedNode]:
         return [ServedNode("f1", (0, 1))]
 
-    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+    #: What ``set_node_service`` answers: ``None`` when done, else what failed (as Slurm refusing it).
+    refusal: str | None = None
+
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> str | None:
         self.calls.append(("set_node_service", node, in_service, reason))
+        return self.refusal
 
 
 @pytest.fixture
@@ -44,6 +48,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, settings) -> FakeExecutor:
     settings.NPUPORTAL_EXECUTOR = "fake"
     executors._executor.cache_clear()
     FakeExecutor.calls = []
+    FakeExecutor.refusal = None
     yield get_executor()  # type: ignore[misc]
     executors._executor.cache_clear()
 
@@ -116,3 +121,23 @@ def test_cordon_drain_and_uncordon_are_told_to_the_executor_after_the_commit(fak
     drain_node("f1", actor=None, by_executor=True, reason="Slurm: bad fan")
     assert Node.objects.get(name="f1").state_from_executor, "the executor's drain is marked as the executor's"
     assert len(FakeExecutor.calls) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cordon_the_executor_refuses_is_a_warning_and_still_exit_code_0(fake: FakeExecutor) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from devices.models import Node
+
+    Node.objects.create(name="f1")
+    FakeExecutor.refusal = "could not drain node f1 in Slurm: scontrol: slurm_update error: Invalid node name"
+    out, err = StringIO(), StringIO()
+    call_command("nodes", "cordon", "f1", stdout=out, stderr=err)  # returns: exit code 0
+    assert out.getvalue() == "node f1: ready → cordoned\n"
+    assert err.getvalue() == (
+        "warning: could not drain node f1 in Slurm: scontrol: slurm_update error: Invalid node name; "
+        "the node is cordoned in the portal all the same\n"
+    )
+    assert Node.objects.get(name="f1").state == Node.State.CORDONED

@@ -1,4 +1,4 @@
-"""The account a job really ran as, as its node agent reported it (``Job.ran_as``), on the job's page,
+"""The account a job really ran as, as the cluster reported it (``Job.ran_as``), on the job's page,
 in the API and in ``npuctl show`` — next to the account the portal asked for.
 
 The agents here run every job as themselves (``--jobs-as-agent``, as an agent that cannot switch
@@ -43,7 +43,7 @@ def test_the_job_says_which_account_its_agent_ran_it_as(cluster, submit, api) ->
     lead = job.submitter
     page_before.force_login(lead)
     html = page_before.get(f"/jobs/{job.pk}/").content.decode()
-    assert "its node agent reports the account once the job runs" in html
+    assert "the cluster reports the account once the job runs" in html
     assert '<code id="job-posix-user">lead-training</code>' in html
 
     tick()
@@ -53,19 +53,19 @@ def test_the_job_says_which_account_its_agent_ran_it_as(cluster, submit, api) ->
     assert job.ran_as == ME, "what the agent did, not what the portal asked for"
 
     html = page_before.get(f"/jobs/{job.pk}/").content.decode()
-    assert f'<span id="job-ran-as"><code>{ME}</code> <span class="muted">as its node agent reported</span>' in html
+    assert f'<span id="job-ran-as"><code>{ME}</code> <span class="muted">as the cluster reported</span>' in html
     live = page_before.get(f"/live/jobs/{job.pk}/", HTTP_HX_REQUEST="true").content.decode()
     assert f'<span id="job-ran-as" hx-swap-oob="true"><code>{ME}</code>' in live, "the page follows it live"
 
     body = api(lead).get(f"/api/v1/jobs/{job.pk}/").json()
     assert (body["ran_as"], body["posix_user"]) == (ME, "lead-training")
-    assert runs_as(body) == f"{ME} (as the node agent reported; asked for lead-training)"
+    assert runs_as(body) == f"{ME} (as the cluster reported; asked for lead-training)"
 
 
 def test_npuctl_show_says_runs_as_in_every_case() -> None:
     assert runs_as({"posix_user": "ana", "ran_as": "ana"}) == "ana"
-    assert runs_as({"posix_user": "ana", "ran_as": ""}) == "ana (asked for; not reported by a node agent yet)"
-    assert runs_as({"posix_user": "ana", "ran_as": "root"}) == "root (as the node agent reported; asked for ana)"
+    assert runs_as({"posix_user": "ana", "ran_as": ""}) == "ana (asked for; not reported by the cluster yet)"
+    assert runs_as({"posix_user": "ana", "ran_as": "root"}) == "root (as the cluster reported; asked for ana)"
     assert runs_as({"ran_as": "root"}) == "root"  # an older server without posix_user
 
 

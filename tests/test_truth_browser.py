@@ -78,7 +78,7 @@ def test_a_leads_job_says_who_it_ran_as_and_drops_the_queued_message_once_it_run
     page.get_by_role("button", name="Submit").click()
     page.wait_for_url(re.compile(r"/jobs/\d+/$"))
     expect(page.locator("#job-queued")).to_contain_text("is queued")
-    expect(page.locator("#job-runs-as")).to_contain_text("its node agent reports the account once the job runs")
+    expect(page.locator("#job-runs-as")).to_contain_text("the cluster reports the account once the job runs")
     expect(page.locator("#job-posix-user")).to_have_text("lena")
     snap(page, "queued")
 
@@ -95,7 +95,7 @@ def test_a_leads_job_says_who_it_ran_as_and_drops_the_queued_message_once_it_run
     assert job.ran_as == me
     expect(page.locator("#job-state")).to_have_text("Running", timeout=LIVE_MS)
     expect(page.locator("#job-queued")).to_be_empty(timeout=LIVE_MS)  # the job has moved on
-    expect(page.locator("#job-ran-as")).to_have_text(f"{me} as its node agent reported", timeout=LIVE_MS)
+    expect(page.locator("#job-ran-as")).to_have_text(f"{me} as the cluster reported", timeout=LIVE_MS)
     expect(page.locator("#job-runs-as")).to_contain_text("asked for lena")
     expect(page.locator("#job-output")).to_contain_text(f"uid={os.geteuid()}({me})", timeout=15_000)
     started = page.locator("#events td.event-name", has_text="Started")

@@ -80,8 +80,9 @@ class AgentExecutor:
             indexes[node_id].append(index)
         return [ServedNode(n.name, tuple(indexes[n.pk])) for n in nodes]
 
-    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> str | None:
         """Nothing to do: an agent runs only what the portal places, and it places nothing on a cordoned node."""
+        return None
 
 
 #: How much longer than a stopped run's grace a launch waits for it to be gone (the SIGKILL, the reaping).

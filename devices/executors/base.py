@@ -85,10 +85,11 @@ class Executor(Protocol):
         """The nodes and cards this executor serves."""
         ...
 
-    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> str | None:
         """An operator cordoned or drained ``node`` (``in_service`` false) or uncordoned it, saying ``reason``.
 
-        Called after the portal's change is committed; a failure is logged, never raised: the
+        Called after the portal's change is committed; a failure is logged and returned in words
+        naming the node and the executor's own message (``None`` when done), never raised: the
         portal's state stands (it places no work on the node either way).
         """
         ...

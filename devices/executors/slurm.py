@@ -259,7 +259,10 @@ def _fold_ends(first: EndedJob, others: Sequence[EndedJob]) -> EndedJob:
 
 
 def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
-    """How these jobs ended: ``sacct``'s text output, else ``scontrol show job`` (no accounting, or not yet in it)."""
+    """How these jobs ended: ``sacct``'s text output, else ``scontrol show job`` (no accounting, or not yet in it).
+
+    An end accounted without its status yet (:func:`_status_unknown`) takes the controller's.
+    """
     if not slurm_ids:
         return {}
     found: dict[str, EndedJob] = {}
@@ -270,7 +273,8 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
     except SlurmError as exc:
         log.info("sacct could not say how jobs ended (%s); asking the controller", exc)
     for slurm_id in slurm_ids:
-        if slurm_id in found and found[slurm_id].base_state not in ACTIVE_STATES:
+        accounted = found.get(slurm_id)
+        if accounted is not None and accounted.base_state not in ACTIVE_STATES and not _status_unknown(accounted):
             continue
         try:
             # A heterogeneous job is a line per component, its first component's first.
@@ -283,6 +287,11 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
             continue
         code, sig = parse_exit(fields.get("ExitCode", ""))
         state = fields.get("JobState", "")
+        if accounted is not None and accounted.base_state not in ACTIVE_STATES:
+            # Accounted, but without its batch step's status yet: the controller's is the same one.
+            if state and state not in ACTIVE_STATES and (code, sig) != (0, 0):
+                found[slurm_id] = replace(accounted, exit_code=code, signal=sig)
+            continue
         if state and state not in ACTIVE_STATES:
             found[slurm_id] = EndedJob(
                 slurm_id,
@@ -294,6 +303,16 @@ def ended_jobs(slurm_ids: Sequence[str]) -> dict[str, EndedJob]:
                 _when(fields.get("StartTime", "")),
             )
     return found
+
+
+def _status_unknown(ended: EndedJob) -> bool:
+    """Whether ``sacct`` gave this end without the status that says how it ended.
+
+    A job Slurm stopped (``TIMEOUT``, ``CANCELLED``) reads ``0:0`` on its own line; the signal is on
+    its batch step's line, which can reach the accounting a moment after the job's (slurmdbd is
+    told of each apart), so an observation right after the end may find the job's line alone.
+    """
+    return ended.base_state not in {"COMPLETED", *SYSTEM_ENDS} and (ended.exit_code, ended.signal) == (0, 0)
 
 
 def cards_given(slurm_id: str) -> dict[str, list[int]]:
@@ -1040,23 +1059,27 @@ class SlurmExecutor:
             return []
         return reconcile(reports, summary)
 
-    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> None:
+    def set_node_service(self, node: str, *, in_service: bool, reason: str) -> str | None:
         """Drain ``node`` in Slurm (``Reason="npuportal: <reason>"``), or resume it if Slurm has it drained.
 
         Slurm refuses ``State=RESUME`` for a node that is not drained or down, so it is asked first.
+        Returns what failed, naming the node and with Slurm's message (``None`` when done).
         """
         try:
             if in_service:
                 found = [n for n in survey.parse_nodes(run(["scontrol", "show", "node", "-o", node])) if n.name == node]
                 if not found or not found[0].drained:
-                    return
+                    return None
                 run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
                 log.info("node %s resumed in Slurm: %s", node, reason)
             else:
                 run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={slurm_reason(reason)}"])
                 log.info("node %s drained in Slurm: %s", node, reason)
         except SlurmError as exc:
-            log.warning("could not %s node %s in Slurm: %s", "resume" if in_service else "drain", node, exc)
+            problem = f"could not {'resume' if in_service else 'drain'} node {node} in Slurm: {exc}"
+            log.warning("%s", problem)
+            return problem
+        return None
 
     # -- output -------------------------------------------------------------------------------------
     def output_reader(self, node: str) -> SlurmOutput:

@@ -25,7 +25,7 @@ each of these refuses it with :class:`NodeRemoved`, which says when it was remov
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -60,6 +60,9 @@ class NodeOperation:
     node: Node
     changed: bool
     previous: str
+    #: What the executor could not do after the commit, in its words (Slurm refused the drain, say);
+    #: filled when the operation's transaction commits. The portal's change stands either way.
+    executor_failures: list[str] = field(default_factory=list)
 
 
 def _running_jobs(node: Node) -> int:
@@ -100,13 +103,18 @@ def _set_state(
         device.node = node
     cause = f"{verb}: {reason}" if reason else verb
     inventory.record(devices, cause=cause)
+    done = NodeOperation(node=node, changed=True, previous=previous)
     if not by_executor:
         in_service = target == Node.State.READY
+
+        def tell_executor() -> None:
+            failure = get_executor().set_node_service(name, in_service=in_service, reason=cause)
+            if failure:
+                done.executor_failures.append(failure)
+
         # robust: the operation stands whatever the executor says; it logs its own failure.
-        transaction.on_commit(
-            lambda: get_executor().set_node_service(name, in_service=in_service, reason=cause), robust=True
-        )
-    return NodeOperation(node=node, changed=True, previous=previous)
+        transaction.on_commit(tell_executor, robust=True)
+    return done
 
 
 @transaction.atomic

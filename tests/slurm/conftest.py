@@ -34,9 +34,12 @@ SLURM_NODES = (
 COUNT_NODE = "ascend-b4-03"
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[LocalCluster]:
-    """The session's Slurm cluster; its start-up time is ``started_in_s``."""
+def session_cluster() -> Iterator[LocalCluster]:
+    """The session's Slurm cluster, as the ``slurm_cluster`` fixture (tests/conftest.py) yields it.
+
+    The fixture is defined there, once, so that these tests and the executor journey
+    (tests/test_executor_journey.py) share one cluster per session rather than starting two.
+    """
     started = time.monotonic()
     cluster, root = _start(bool(shutil.which("mariadb") or shutil.which("mysql")))
     print(f"\nSlurm test cluster up in {time.monotonic() - started:.1f} s (accounting: {cluster.accounting})")
@@ -132,7 +135,8 @@ def in_service(cluster: LocalCluster) -> None:
     """Every node of the session's cluster back in service: a test before may have drained or downed one.
 
     The database starts afresh with each test, Slurm does not: a drain the portal or a test left
-    would hold the next test's jobs pending.
+    would hold the next test's jobs pending. A node just resumed reads ``IDLE+NOT_RESPONDING``
+    until the controller's next ping of it (a second or so), so that is waited for too.
     """
     from devices.slurm import survey
     from devices.slurm.commands import run
@@ -140,12 +144,38 @@ def in_service(cluster: LocalCluster) -> None:
     for node in survey.nodes():
         if node.drained or node.down:
             run(["scontrol", "update", f"NodeName={node.name}", "State=RESUME"])
+
+    def ready(node: survey.NodeReport) -> bool:
+        answering = "NOT_RESPONDING" not in node.flags and not node.state.split("+", 1)[0].endswith("*")
+        return answering and not (node.drained or node.down)
+
     wait_for(
         survey.nodes,
-        until=lambda nodes: all(not (n.drained or n.down) for n in nodes),
+        until=lambda nodes: all(ready(n) for n in nodes),
         interval=0.2,
-        message="every Slurm node back in service",
+        message="every Slurm node back in service and answering",
     )
+
+
+def outside_job(node: str, cards: list[int]) -> str:
+    """``sbatch`` on ``node``'s ``cards`` with no portal comment, as a person with a shell on the cluster would.
+
+    Returns Slurm's id of that job once it runs.
+    """
+    from devices.executors.slurm import squeue
+    from devices.slurm.commands import run
+
+    argv = ["sbatch", "--parsable", f"--nodelist={node}", "--gres=" + ",".join(f"npu:c{c}:1" for c in cards)]
+    argv += ["--chdir=/tmp", "--output=/dev/null", "--job-name=outside", "--wrap=sleep 600"]
+    if os.geteuid() == 0:
+        argv.append("--uid=nobody")
+    slurm_id = run(argv).strip().split(";")[0]
+    wait_for(
+        lambda: squeue().get(slurm_id),
+        until=lambda q: q is not None and q.state == "RUNNING",
+        message=f"outside Slurm job {slurm_id} to run",
+    )
+    return slurm_id
 
 
 @pytest.fixture

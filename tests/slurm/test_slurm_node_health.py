@@ -132,3 +132,15 @@ def test_a_node_slurm_downs_is_unreachable_and_its_job_requeued_then_back(slurm_
     node = wait_for(lambda: observed_node(NODE), until=lambda n: n.reachable, interval=0.5, message=f"{NODE} back")
     last = HealthEvent.objects.filter(node=node).last()
     assert (last.from_health, last.to_health) == ("unreachable", "reachable")
+
+
+def test_a_cordon_slurm_refuses_is_a_warning_naming_the_node_and_slurms_words(slurm_site) -> None:
+    # ascend-a-01 is a node of the portal's demo that the test cluster does not have.
+    out, err = StringIO(), StringIO()
+    call_command("nodes", "cordon", "ascend-a-01", "--reason", "fan", stdout=out, stderr=err)
+    assert out.getvalue() == "node ascend-a-01: ready → cordoned\n"
+    warning = err.getvalue()
+    assert warning.startswith("warning: could not drain node ascend-a-01 in Slurm: "), warning
+    assert "Invalid node name specified" in warning, "Slurm's own message"
+    assert warning.endswith("; the node is cordoned in the portal all the same\n")
+    assert Node.objects.get(name="ascend-a-01").state == Node.State.CORDONED

@@ -18,6 +18,7 @@ from devices.executors.slurm import run, squeue
 from devices.models import Device, InventoryEvent, Node
 from scheduling.models import Job
 from scheduling.services.jobs import cancel_job
+from tests.slurm.conftest import outside_job
 from tests.test_lifecycle_harness import open_devices, tick
 from tests.waiting import wait_for
 
@@ -27,18 +28,7 @@ NODE = "ascend-b4-01"
 
 
 def _outside_job(cards: list[int]) -> str:
-    """``sbatch`` on ``NODE``'s ``cards`` with no portal comment; returns Slurm's id once it runs."""
-    argv = ["sbatch", "--parsable", f"--nodelist={NODE}", "--gres=" + ",".join(f"npu:c{c}:1" for c in cards)]
-    argv += ["--chdir=/tmp", "--output=/dev/null", "--job-name=outside", "--wrap=sleep 600"]
-    if os.geteuid() == 0:
-        argv.append("--uid=nobody")
-    slurm_id = run(argv).strip().split(";")[0]
-    wait_for(
-        lambda: squeue().get(slurm_id),
-        until=lambda q: q is not None and q.state == "RUNNING",
-        message=f"outside Slurm job {slurm_id} to run",
-    )
-    return slurm_id
+    return outside_job(NODE, cards)
 
 
 def _gone(slurm_id: str) -> None:

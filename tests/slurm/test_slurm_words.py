@@ -188,3 +188,27 @@ def test_the_cards_of_a_job_on_several_nodes_are_read_per_node() -> None:
         "     Nodes=npu[1-2] CPU_IDs=0 Mem=0 GRES=npu:c3:1(IDX:3),npu:c4:1(IDX:4)\n"
     )
     assert held["40"].cards == {"npu1": (3, 4), "npu2": (3, 4)}
+
+def test_a_time_limit_end_accounted_before_its_batch_step_takes_the_controllers_status(monkeypatch) -> None:
+    """slurmdbd hears of the job's end and its batch step's apart: the first may be all ``sacct`` has yet."""
+    from devices.executors import slurm
+
+    answers = {
+        "sacct": "21|TIMEOUT|0:0|npu1|2026-12-03T21:32:14|2026-12-03T21:30:54\n",
+        "scontrol": "JobId=21 JobName=job JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 NodeList=npu1",
+    }
+    asked: list[str] = []
+
+    def run(argv: list[str], **_: object) -> str:
+        asked.append(argv[0])
+        return answers[argv[0]]
+
+    monkeypatch.setattr(slurm, "run", run)
+    ended = slurm.ended_jobs(["21"])["21"]
+    assert (ended.base_state, ended.code, ended.nodes) == ("TIMEOUT", -15, "npu1")
+    assert outcome(ended)[2] == "Slurm stopped it at its time limit: killed by signal SIGTERM"
+
+    answers["sacct"] += "21.batch|CANCELLED|0:15|npu1|2026-12-03T21:32:15|2026-12-03T21:30:54\n"
+    asked.clear()
+    assert slurm.ended_jobs(["21"])["21"].code == -15
+    assert asked == ["sacct"], "accounted with its batch step's status: the controller is not asked"

@@ -7,7 +7,8 @@ executor each one is carried to Slurm too (``scontrol update State=DRAIN`` / ``S
 Exit codes, as the other commands' (:mod:`npuportal.commandline`): 0 ok; 1 refused (a duplicate
 name, an agent that does not answer or refuses the token, jobs running on the node, no such node);
 2 usage error (a token file that cannot be read). Every refusal is one line on stderr and changes
-nothing.
+nothing. A cordon, drain or uncordon Slurm then refuses (``scontrol`` failed) is a ``warning:`` line
+on stderr naming the node and Slurm's message, with exit code 0: the portal's change stands.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ class Command(SubcommandCommand):
             raise self._fail(str(exc), REFUSED) from exc
         if done.changed:
             self.stdout.write(f"node {done.node.name}: {done.previous} → {done.node.state}")
+            for failure in done.executor_failures:  # the portal's change stands: still exit code 0
+                self.stderr.write(f"warning: {failure}; the node is {done.node.state} in the portal all the same")
         else:
             self.stdout.write(f"node {done.node.name} is already {done.node.state}: nothing changed")
 
