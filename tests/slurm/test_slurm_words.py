@@ -189,6 +189,7 @@ def test_the_cards_of_a_job_on_several_nodes_are_read_per_node() -> None:
     )
     assert held["40"].cards == {"npu1": (3, 4), "npu2": (3, 4)}
 
+
 def test_a_time_limit_end_accounted_before_its_batch_step_takes_the_controllers_status(monkeypatch) -> None:
     """slurmdbd hears of the job's end and its batch step's apart: the first may be all ``sacct`` has yet."""
     from devices.executors import slurm
