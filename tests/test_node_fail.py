@@ -20,7 +20,7 @@ from quotas.models import Team
 from scheduling.models import Job, JobEvent
 from scheduling.services.jobs import RETRY_BUDGET, JobSpec, submit_job
 from scheduling.services.tick import run_tick
-from tests.test_multinode_rendezvous import _without_reservation
+from tests.test_lifecycle_harness import without_reservation
 
 pytestmark = pytest.mark.django_db
 
@@ -109,7 +109,7 @@ def test_a_run_that_ended_by_the_job_or_a_stop_request_ends_the_job(demo, record
 
 
 def test_a_gang_whose_part_a_shutdown_stopped_is_requeued_and_its_other_part_stopped(demo) -> None:
-    _without_reservation()
+    without_reservation()
     job = _running(devices=16)
     first, second = _nodes(job)
     run_id = f"{job.pk}.1"

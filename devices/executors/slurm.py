@@ -1174,7 +1174,10 @@ class SlurmOutput:
 
 def _first_node(job: Job, attempt: int) -> str | None:
     """The first node (node rank 0) of a run, from its allocations; ``None`` for a run the portal has no record of."""
-    from scheduling.services.output import runs_of
-
-    runs = runs_of(job)
-    return runs[attempt - 1].nodes[0] if 0 < attempt <= len(runs) else None
+    # The runs in start order, each with its nodes: what ``scheduling.services.output.runs_of``
+    # reads, asked here directly (what runs jobs does not call the portal's use cases).
+    starts: dict[object, set[str]] = {}
+    for start, node in Allocation.objects.filter(job=job).order_by("start").values_list("start", "device__node__name"):
+        starts.setdefault(start, set()).add(node)
+    runs = [sorted(nodes) for nodes in starts.values()]
+    return runs[attempt - 1][0] if 0 < attempt <= len(runs) else None
