@@ -20,6 +20,7 @@ import gc
 import random
 import statistics
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -266,6 +267,7 @@ def clone_snapshot(snap: Snapshot) -> Snapshot:
             tuple([*j.slots]),  # a new tuple, as a snapshot read from the database has
             j.preempt_deadline,
             checkpoint_interval_s=j.checkpoint_interval_s,
+            own_limits_s=j.own_limits_s,
         )
 
     # The rows the database tick would have read these nodes and devices from (it passes them
@@ -392,6 +394,35 @@ def time_split(snapshot: Snapshot, ticks: int = 7) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in parts.items()}
 
 
+def bench_starving(snap: Snapshot, ticks: int = 7) -> dict[str, Any]:
+    """The same snapshot with the starvation guard on (a sixth of the queue starving) and off.
+
+    The synthetic queue was submitted over three days, so a guard at 60 h makes about a sixth of
+    it starving: those jobs go first and stack holds (up to ``MAX_HOLDS_PER_CHIP`` per chip
+    model). Returns both timings and ``ratio`` (guard on / off, medians).
+    """
+    from scheduling.engine.starvation import Guard
+
+    guarded = clone_snapshot(snap)
+    guarded.policy = replace(snap.policy, starvation_after_s=60 * 3600.0)
+    guard = Guard(guarded.policy)
+    now = snap.now.timestamp()
+    starving = sum(1 for j in guarded.pending if guard.starving(j, now))
+    off = time_decide(snap, ticks)
+    on = time_decide(guarded, ticks)
+    held = decide(clone_snapshot(guarded))
+    holds = sum(1 for w in held.waiting.values() if "held for it" in w.detail)
+    return {
+        "starving_jobs": starving,
+        "holds": holds,
+        "off_median_ms": off["median_ms"],
+        "on_median_ms": on["median_ms"],
+        "off_cpu_median_ms": off["cpu_median_ms"],
+        "on_cpu_median_ms": on["cpu_median_ms"],
+        "ratio": on["median_ms"] / off["median_ms"] if off["median_ms"] else None,
+    }
+
+
 def bench_decide(
     pending: int = 10000,
     nodes: int = 1000,
@@ -425,6 +456,7 @@ def bench_decide(
         **{k: timing[k] for k in ("median_ms", "max_ms", "cpu_median_ms", "starts", "preemptions")},
         "split": time_split(after, ticks),
     }
+    result["starving"] = bench_starving(snap, ticks)
     rows = []
     for n in growth:
         snap_n = make_synthetic_snapshot(n, nodes, devices_per_node, busy, teams, seed)

@@ -94,6 +94,7 @@ from functools import partial
 from scheduling.engine import array_throttle, dependency, priority, reasons, run_time
 from scheduling.engine.backfill import Hold, Release, ends_before, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
+from scheduling.engine.durations import format_duration
 from scheduling.engine.fairshare import user_factors
 from scheduling.engine.feasibility import mark_never_runnable
 from scheduling.engine.placement import Need, Placement, commit, find, need_of_key
@@ -258,6 +259,8 @@ class Tick:
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
+        #: The job whose last victim search passed over borrowers for the reclaim bound (its wait says so).
+        self._bounded_for = -1
         self.need_cache: dict[tuple, Need] = state.needs
         #: Backfill holds (backfill on) per chip model, and their shadow times in order. A chip
         #: model has one hold (its first blocked job's), or several with the starvation guard.
@@ -609,7 +612,9 @@ class Tick:
             shadows = self._shadows
             if outcome is not None:
                 wait = waiting[jid] = Wait(*outcome)
-                if self.free_memo.version == version:
+                # (A wait that names the reclaim bound is this job's own: the next job of the
+                # group places itself, and its search — or the memo of failed ones — says.)
+                if self.free_memo.version == version and self._bounded_for != jid:
                     entry = group.memo[rank] = MemoWait(
                         chips,
                         version,
@@ -852,7 +857,10 @@ class Tick:
         # 4g
         if held_back and all(c in headroom for c in chips):
             return reasons.RESERVED_CAPACITY, held_back, None
-        return self.blocked_job(job, need, open_chips)
+        wait = self.blocked_job(job, need, open_chips)
+        if self._bounded_for == job.id and not wait[1]:
+            return wait[0], self._reclaim_bound_text(), wait[2]
+        return wait
 
     def _within_reservations(
         self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]
@@ -1071,6 +1079,8 @@ class Tick:
     def try_preempt(self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]) -> bool:
         plan: Plan | None = self.preemptor.plan(job, need, chips, headroom)
         if plan is None:
+            if self.preemptor.bounded:
+                self._bounded_for = job.id
             return False
         self.preemptor.commit(plan)
         deadline = self.now + self.policy.grace_period_s
@@ -1089,6 +1099,14 @@ class Tick:
         self.wait(job.id, reasons.PREEMPTION_GRACE, detail, plan.start_at)
         self.free_memo.version += 1
         return True
+
+    def _reclaim_bound_text(self) -> str:
+        """The detail of a job whose guarantee reclaim found only borrowers over the bound."""
+        limit = format_duration(self.policy.reclaim_loss_limit_s)
+        return (
+            f"within its team's guarantee, but reclaiming cards would throw away more than {limit} of a "
+            "borrower's work per card: waiting for a job to end"
+        )
 
     def _hold_new(self, promise: Promise) -> None:
         """Take the free cards of a plan just made out of the free state: later jobs of the tick

@@ -331,19 +331,13 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
     ]
     if not suspects:
         return 0
-    cores: dict[str, int] = {}  # chip model -> most AI cores of one card (a slice's share of a card)
-    cards: dict[str, int] = {}  # chip model -> cards in the inventory
-    for node in snapshot.nodes:
-        for dev in node.devices:
-            chip = dev.chip_model
-            cards[chip] = cards.get(chip, 0) + 1
-            if dev.ai_cores > cores.get(chip, -1):
-                cores[chip] = dev.ai_cores
+    cores, cards = _inventory(snapshot)
     # No reservation leaves a job of another class fewer whole cards than this: a job held back
     # by one and asking no more (or a slice) waits for cards, not for ever, and is passed over.
     rooms = [scope - held for scope, held in (_scope_and_held(r, cards) for r in snapshot.policy.reservations)]
     least_room = min(rooms, default=0)
     verdicts: dict[tuple, Wait | None] = {}
+    by_time: dict[str, bool] = {}  # team -> whether a job's length can make it never runnable
     marked = 0
     for job in suspects:
         reserved_only = waiting[job.id].reason == reasons.RESERVED_CAPACITY
@@ -354,14 +348,20 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
             # short key, as a long queue held back by a reservation has many jobs of few shapes.
             key: tuple = (job.priority_class, job.chip_model, job.vnpu_template, job.num_devices)
         else:
+            timed = by_time.get(job.team)
+            if timed is None:
+                timed = by_time[job.team] = _limits_run_time(snapshot.policy, job.team)
+            # A team with no run-time limit and no monthly budget under some schedule refuses no
+            # job for its length: jobs of one shape then share one verdict (in a long queue held
+            # at a team's max, every job has a length of its own).
             key = (
                 job.team,
                 job.chip_model,
                 job.vnpu_template,
                 job.num_devices,
                 job.priority_class,
-                job.max_duration_s,
-                job.estimated_duration_s,
+                job.max_duration_s if timed else None,
+                job.estimated_duration_s if timed else None,
             )
         if key not in verdicts:
             verdicts[key] = _verdict(snapshot, job, cores, cards, reserved_only)
@@ -370,6 +370,42 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
             waiting[job.id] = verdict
             marked += 1
     return marked
+
+
+#: ``Snapshot.inventory_key`` -> :func:`_inventory`'s answer, for callers that vouch for equal
+#: inventories by key (the simulator, the benchmarks): reading 1,408 cards each tick was most of
+#: this step's cost when a long queue waits at its teams' limits. A few keys: replays in one process.
+_INVENTORIES: dict[object, tuple[dict[str, int], dict[str, int]]] = {}
+
+
+def _inventory(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
+    """``(cores, cards)``: chip model -> most AI cores of one card (a slice's share of a card), and
+    chip model -> cards in the inventory."""
+    key = snapshot.inventory_key
+    if key is not None and (known := _INVENTORIES.get(key)) is not None:
+        return known
+    cores: dict[str, int] = {}
+    cards: dict[str, int] = {}
+    for node in snapshot.nodes:
+        for dev in node.devices:
+            chip = dev.chip_model
+            cards[chip] = cards.get(chip, 0) + 1
+            if dev.ai_cores > cores.get(chip, -1):
+                cores[chip] = dev.ai_cores
+    if key is not None:
+        if len(_INVENTORIES) >= 8:
+            _INVENTORIES.clear()
+        _INVENTORIES[key] = (cores, cards)
+    return cores, cards
+
+
+def _limits_run_time(policy: Policy, team: str) -> bool:
+    """Whether :func:`quota_check` can refuse a job of ``team`` for its length: only when every
+    schedule of the team limits run time, or every one has a monthly budget."""
+    variants = quota_variants(policy.team(team))
+    return all(q.max_job_duration_s is not None for q in variants) or all(
+        q.device_hours_per_month is not None for q in variants
+    )
 
 
 def _verdict(

@@ -116,10 +116,14 @@ def _section(record: object, fields: Sequence[PolicyField], order: list[str]) ->
     A row new since the first exports (``omit_default``) is written only when it is not the default.
     """
     out: dict[str, Any] = {}
-    default = type(record)() if any(f.omit_default for f in fields) else None
+    default = None
+    if any(f.omit_default and f.default is None for f in fields):
+        default = type(record)()
     for f in fields:
         value = getattr(record, f.attr)
-        if value is None or (f.omit_default and value == getattr(default, f.attr)):
+        if f.omit_default and value == (f.default if f.default is not None else getattr(default, f.attr)):
+            continue
+        if value is None:
             continue
         into = out.setdefault(f.group, _Flow()) if f.group else out
         into[f.key] = _written(f, value, order)

@@ -297,6 +297,10 @@ SPEC_FIELDS: tuple[PolicyField, ...] = (
         example="cancel", default="requeue", null="read",
     ),
     PolicyField(
+        "preemption.reclaimLossLimit", "reclaim_loss_limit_s", _read_positive_duration, _write_duration,
+        show_duration, example="30m", default=7200.0, null="default", omit_default=True,
+    ),
+    PolicyField(
         "starvation.after", "starvation_after_s", _read_positive_duration, _write_duration, show_duration,
         example="6h", unset="off", null="read", required=True,
     ),

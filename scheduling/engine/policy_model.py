@@ -22,6 +22,8 @@ from scheduling.engine.schedules import DAY_NAMES, covers
 
 #: Resource key for all chips, counted in card equivalents.
 DEVICES = "devices"
+#: The default of ``spec.preemption.reclaimLossLimit``: two hours of a run's work per card.
+RECLAIM_LOSS_LIMIT_S = 7200.0
 
 Severity = Literal["error", "warning"]
 
@@ -178,6 +180,9 @@ class Policy(Record):
     #: ``spec.starvation.after`` in seconds: a job waiting longer is served first and has cards
     #: held for it (:mod:`starvation`); ``None`` = the guard is off (classes may still set their own).
     starvation_after_s: float | None = None
+    #: ``spec.preemption.reclaimLossLimit`` in seconds: a guarantee reclaim never stops a run that
+    #: would lose more than this much of its work per card (:mod:`preemption`, *Reclaim bound*).
+    reclaim_loss_limit_s: float = RECLAIM_LOSS_LIMIT_S
 
     def team(self, name: str) -> TeamPolicy:
         """The team's policy, or the defaults for a team the policy does not name."""

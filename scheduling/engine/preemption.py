@@ -15,6 +15,17 @@ victim (a running job, not already leaving, not started in this tick):
 In both cases the victim's class must be preemptible (``preemptible: false``
 means never).
 
+**Reclaim bound.** A guarantee reclaim never stops a run that would lose more
+than ``spec.preemption.reclaimLossLimit`` (default 2 h) of work per card — its
+work since it started or since its last checkpoint, plus the guard's surcharge
+for a job served late (below). The job within its guarantee then waits for a
+cheaper victim or for a job to end, and its reason says so. A guarantee is a
+promise about the cards a team gets *soon*, not at any price: without the bound,
+on the Microsoft ITP trace with every ``max`` twice the guarantee, a fifth of the
+reclaimed runs had computed more than 2 h per card, and they were 72% of the
+device-hours reclaims threw away (the figures: docs/simulator.md). Class
+preemption is not bounded: a class that preempts another outranks it.
+
 Choosing victims (least work lost). A victim loses the device-hours it computed
 since it started, or since its last checkpoint if it declares
 ``checkpoint_interval_s`` (:func:`work_lost.device_hours_lost`, at ``now``). A
@@ -197,8 +208,16 @@ class Preemptor:
         #: request at least as large with no more room fails too: the candidates, their order and
         #: the borrowing checks are the same, and more cards (or whole nodes) are harder to free.
         self._failed_whole: dict[tuple, tuple[int, int, float]] = {}
+        #: Failed searches (keys of ``_failed``, and of ``_failed_whole``) that passed over a
+        #: borrower for the reclaim bound, at the version they failed: a memoised failure says so too.
+        self._bounded_fail: dict[tuple, int] = {}
         self.version = 0
         self.served_late: Mapping[int, float] = served_late or {}
+        #: The reclaim bound in hours of work per card (``spec.preemption.reclaimLossLimit``).
+        self.reclaim_limit_h = policy.reclaim_loss_limit_s / 3600.0
+        #: Whether the last :meth:`plan` passed over a borrower because reclaiming it would lose
+        #: more than the bound (the waiting job's reason says so when no plan was found).
+        self.bounded = False
         self._unlimited = True
         #: Victim searches run / refused this tick (see ``MAX_SEARCHES_PER_TICK``).
         self.searches = 0
@@ -215,6 +234,7 @@ class Preemptor:
 
     def plan(self, job: JobState, need: Need, chips: list[str], headroom: Mapping[str, float]) -> Plan | None:
         """Victims (maybe none, when leaving jobs suffice) that make room for ``job``, or ``None``."""
+        self.bounded = False
         own = self.promised.get(job.id)
         if not own:
             return self._plan_any(job, need, chips, headroom)
@@ -223,14 +243,14 @@ class Preemptor:
         # and the pool bounds of the pools holding its cards (elsewhere the views agree).
         where = self.state.where
         pools = {where[dev][0] for dev in own if dev in where}
-        saved = self.claimed, self._failed, self._failed_whole
+        saved = self.claimed, self._failed, self._failed_whole, self._bounded_fail
         self.claimed = self.claimed - own
-        self._failed, self._failed_whole = {}, {}
+        self._failed, self._failed_whole, self._bounded_fail = {}, {}, {}
         self._private = (pools, {})
         try:
             return self._plan_any(job, need, chips, headroom)
         finally:
-            self.claimed, self._failed, self._failed_whole = saved
+            self.claimed, self._failed, self._failed_whole, self._bounded_fail = saved
             self._private = None
 
     def _plan_any(self, job: JobState, need: Need, chips: list[str], headroom: Mapping[str, float]) -> Plan | None:
@@ -241,6 +261,8 @@ class Preemptor:
             within = ledger.within_guarantee(chip_name, units)
             key = (job.priority_class, within, job.team if within else "", chip_name, need.whole, need.template)
             if self._failed.get(key) == self.version:
+                if self._bounded_fail.get(key) == self.version:
+                    self.bounded = True
                 continue
             if self.searches >= MAX_SEARCHES_PER_TICK:
                 self.skipped += 1
@@ -252,16 +274,27 @@ class Preemptor:
                 smaller = self._failed_whole.get(key[:4])
                 if smaller and smaller[0] == self.version and need.whole >= smaller[1] and room <= smaller[2]:
                     self._failed[key] = self.version  # (counted as the search it stands for)
+                    if self._bounded_fail.get(key[:4]) == self.version:
+                        self.bounded = True
+                        self._bounded_fail[key] = self.version
                     continue
             self._unlimited = room == math.inf
+            bounded, self.bounded = self.bounded, False
             plan = self._plan_chip(job, need, chip_name, units, within, victim_classes, room)
             if plan is not None:
                 return plan
             self._failed[key] = self.version
+            if self.bounded:
+                self._bounded_fail[key] = self.version
             if whole:
                 smaller = self._failed_whole.get(key[:4])
                 if smaller is None or smaller[0] != self.version or need.whole < smaller[1]:
                     self._failed_whole[key[:4]] = (self.version, need.whole, room)
+                    if self.bounded:
+                        self._bounded_fail[key[:4]] = self.version
+                    else:
+                        self._bounded_fail.pop(key[:4], None)
+            self.bounded = self.bounded or bounded
         return None
 
     def commit(self, plan: Plan) -> None:
@@ -482,10 +515,23 @@ class Preemptor:
         gone_units = self.leaving_units.get(team, 0.0) + released.get(team, 0.0)
         borrowing = ledger is not None and ledger.borrowing(occ.chip, gone_units)
         if within and team != job.team and borrowing:
-            return reasons.GUARANTEE_RECLAIM
+            if not self._over_bound(occ):
+                return reasons.GUARANTEE_RECLAIM
+            self.bounded = True  # (class preemption below is not bounded: the class outranks it)
         if victim.priority_class in victim_classes and (borrowing or within):
             return reasons.CLASS_PREEMPTION
         return None
+
+    def _over_bound(self, occ: Occupant) -> bool:
+        """Whether reclaiming ``occ`` would lose more than the policy's bound per card (*Reclaim bound*)."""
+        lost = self.lost.get(occ.job.id)
+        if lost is None:
+            job = occ.job
+            lost = device_hours_lost(occ.units, job.started_at or self.now, self.now, job.checkpoint_interval_s)
+            late = self.served_late.get(job.id)
+            if late is not None:
+                lost += occ.units * late / 3600.0
+        return lost > self.reclaim_limit_h * occ.units + 1e-9
 
     def _plan_chip(
         self,

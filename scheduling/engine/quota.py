@@ -189,10 +189,17 @@ def jobs_detail(running: int, limit: int) -> str:
     return f"the team runs {count(running, 'job')}; its limit is {limit} at once"
 
 
-def devices_detail(held: float, more: float, limit: float, chip: str = "") -> str:
-    """``the team holds 20 devices; 8 more would pass its limit of 24`` (``910B4 devices`` per chip model)."""
+def devices_detail(held: float, more: float, limit: float, chip: str = "", jobs: int | None = None) -> str:
+    """``your team is at its maximum of 24 devices: it holds 20 in 3 running jobs; this job needs 8 more``.
+
+    ``910B4 devices`` per chip model. Said this way because a long wait at a team's own ``max``
+    is the team's own limit, not the cluster being busy: the lead can see that the wait ends
+    when one of the team's own jobs does (or the admins raise the max), and the starvation
+    guard does not count it (:mod:`starvation`).
+    """
     kind = f"{chip} devices" if chip else "devices"
-    return f"the team holds {held:g} {kind}; {more:g} more would pass its limit of {limit:g}"
+    holds = f"it holds {held:g}" if jobs is None else f"it holds {held:g} in {count(jobs, 'running job')}"
+    return f"your team is at its maximum of {limit:g} {kind}: {holds}; this job needs {more:g} more"
 
 
 def duration_detail(duration: float, limit: float) -> str:
@@ -259,7 +266,7 @@ def admit_devices(ledger: TeamLedger, need: Need, first_units: float) -> Admissi
     chips = need.chips
     cap = ledger.max_total
     if cap is not None and ledger.usage[DEVICES] + first_units > cap + EPS:
-        return reasons.QUOTA_MAX_DEVICES, devices_detail(ledger.usage[DEVICES], first_units, cap), ()
+        return reasons.QUOTA_MAX_DEVICES, devices_detail(ledger.usage[DEVICES], first_units, cap, jobs=ledger.jobs), ()
     by_chip = ledger.max_by_chip
     if not by_chip:
         return None, "", chips

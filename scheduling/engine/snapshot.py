@@ -126,6 +126,10 @@ class JobState(Record):
     #: The job saves its state every that many seconds from its start (``None``: it does not):
     #: stopped, it loses only the work since its last checkpoint (:mod:`work_lost`).
     checkpoint_interval_s: float | None = None
+    #: Seconds of its wait so far that its own team's limits explain (it waited with a quota
+    #: reason: ``reasons.QUOTA_REASONS``), as the caller counted them from earlier ticks' waits.
+    #: The starvation guard counts only the rest (:mod:`starvation`).
+    own_limits_s: float = 0.0
 
     # Written out, not generated: see record.py.
     def __init__(
@@ -145,6 +149,7 @@ class JobState(Record):
         preempt_deadline: float | None = None,
         preempted_for: int | None = None,
         checkpoint_interval_s: float | None = None,
+        own_limits_s: float = 0.0,
     ) -> None:
         self.id = id
         self.team = team
@@ -161,6 +166,7 @@ class JobState(Record):
         self.preempt_deadline = preempt_deadline
         self.preempted_for = preempted_for
         self.checkpoint_interval_s = checkpoint_interval_s
+        self.own_limits_s = own_limits_s
 
 
 @dataclass(slots=True, frozen=True)

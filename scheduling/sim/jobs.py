@@ -53,6 +53,11 @@ class SimJob:
     own_limits_s: float = 0.0
     #: Seconds of its run kept by checkpoints before it was stopped: a restart runs the rest.
     saved: float = 0.0
+    #: Its wait up to its first start less the time its own team's limits held it.
+    beyond_s: float | None = None
+    #: Device-hours its stops threw away, and the reason of the preemption that stopped it last.
+    lost_dh: float = 0.0
+    preempt_reason: str = ""
 
 
 def _default_class(policy: Policy) -> str:

@@ -262,6 +262,9 @@ class Simulation:
         self.lost_device_h = 0.0
         #: Device-hours lost by the victims of each priority class.
         self.class_lost: dict[str, float] = defaultdict(float)
+        #: Preemptions and device-hours lost by the preemption's reason (``GuaranteeReclaim``, ...).
+        self.reason_preemptions: dict[str, int] = defaultdict(int)
+        self.reason_lost: dict[str, float] = defaultdict(float)
         self.decide_calls = self.decide_skipped = 0
         self.decide_s = 0.0
         self.last_waiting: dict[int, Wait] = {}
@@ -372,6 +375,7 @@ class Simulation:
         """Call decide at ``t`` (again while stops free cards it did not plan with); True if anything started."""
         started_any = False
         for _ in range(MAX_DECIDES_PER_INSTANT):
+            self._charge_own_limits(t)
             snapshot = Snapshot(
                 now=datetime.fromtimestamp(t, tz=UTC),
                 policy=self.policy,
@@ -403,15 +407,24 @@ class Simulation:
                 break
         return started_any
 
-    def _count_own_limits(self, decisions: Decisions, t: float) -> None:
+    def _charge_own_limits(self, t: float) -> None:
         """Charge the time since the last decide to the jobs it left waiting for their own team's limits.
 
         A wait holds until the next decide (nothing changes in between), so each such
-        job's ``own_limits_s`` grows by the time between the two calls.
+        job's ``own_limits_s`` grows by the time between the two calls. Charged before each
+        decide, so the core sees the count up to now (``JobState.own_limits_s``: the starvation
+        guard leaves that time out, as the database tick does).
         """
         since = self._own_since
-        for sj in self._own_waiting:
-            sj.own_limits_s += t - since
+        if t > since:
+            for sj in self._own_waiting:
+                sj.own_limits_s += t - since
+                sj.state.own_limits_s = sj.own_limits_s
+        self._own_since = t
+
+    def _count_own_limits(self, decisions: Decisions, t: float) -> None:
+        """Remember which jobs the decide at ``t`` left waiting for their own team's limits."""
+        self._charge_own_limits(t)
         by_id = self.by_id
         self._own_waiting = [
             by_id[jid] for jid, wait in decisions.waiting.items() if wait.reason in reasons.QUOTA_REASONS
@@ -484,6 +497,8 @@ class Simulation:
                 continue  # already leaving; the first deadline stands (as in the tick)
             sj.state.preempt_deadline = pre.grace_deadline
             sj.state.preempted_for = pre.for_job
+            sj.preempt_reason = pre.reason
+            self.reason_preemptions[pre.reason] += 1
             preempted_now.add(pre.job_id)
             sj.preempted += 1
             self.n_preemptions += 1
@@ -534,7 +549,8 @@ class Simulation:
                 self.estimate_errors.append(t - sj.first_estimate)
             wait = t - js.submitted_at
             self.waits.append(wait)
-            self.waits_beyond.append(wait - sj.own_limits_s)
+            sj.beyond_s = wait - sj.own_limits_s
+            self.waits_beyond.append(sj.beyond_s)
             self.class_waits[js.priority_class].append(wait)
             stats = self.team_stats[js.team]
             stats.waits.append(wait)
@@ -569,6 +585,8 @@ class Simulation:
         self.lost_device_h += lost
         self.team_stats[js.team].lost_device_h += lost
         self.class_lost[js.priority_class] += lost
+        self.reason_lost[sj.preempt_reason] += lost
+        sj.lost_dh += lost
         saved = last_checkpoint(js.started_at, t, js.checkpoint_interval_s) - js.started_at
         if saved > 0:
             # Its work up to its last checkpoint is kept: a restart runs the rest, and says so.
@@ -710,6 +728,8 @@ class Simulation:
                     "end_s": "" if sj.end is None else sj.end - epoch,
                     "status": sj.status,
                     "preemptions": sj.preempted,
+                    "wait_beyond_own_limits_s": "" if sj.beyond_s is None else sj.beyond_s,
+                    "device_hours_lost": round(sj.lost_dh, 6),
                 }
             )
         return out
@@ -795,6 +815,9 @@ class Simulation:
                 "device_hours_lost": round(self.lost_device_h, 3),
                 "device_hours_lost_by_team": {team: teams[team]["device_hours_lost"] for team in self.teams},
                 "device_hours_lost_by_class": {c: round(self.class_lost[c], 3) for c in self.classes},
+                "preemptions_by_reason": dict(sorted(self.reason_preemptions.items())),
+                "device_hours_lost_by_reason": {r: round(v, 3) for r, v in sorted(self.reason_lost.items())},
+                "lost_share_of_busy": round(self.lost_device_h * 3600.0 / busy_s, 6) if busy_s > 0 else 0.0,
             },
             "decide": {
                 "calls": self.decide_calls,

@@ -151,3 +151,29 @@ def test_served_late_names_the_jobs_that_started_past_their_threshold() -> None:
     on_time = job(2, slots=[1], started=-60, submitted=-2 * H)
     assert served_late(guard, [late, on_time]) == {1: 24 * H}
     assert served_late(Guard(policy()), [late]) == {}
+
+
+def test_time_at_its_own_teams_limits_does_not_make_a_job_starving() -> None:
+    """Issue 30: the guard bounds the wait other teams cause, not the wait at the team's own max.
+
+    Before the change a job waited 30 h, 28 of them with its team at its max, counted as
+    starving: it went before every other job and held the cards its team was not even allowed.
+    """
+    guard = Guard(policy(starvation=24 * H))
+    at_cap = replace(job(1, submitted=-30 * H), own_limits_s=28 * H)
+    assert not guard.starving(at_cap, T0), "2 h beyond its own limits is not 24 h"
+    assert guard.starving(replace(at_cap, own_limits_s=5 * H), T0), "25 h beyond its own limits is"
+    # In the queue: the job that waited at its own cap no longer goes before a fresher one.
+    cl, running = _busy_two_nodes()
+    pol = policy({"a": quota(), "b": quota()}, starvation=24 * H)
+    capped = replace(job(10, "a", 8, submitted=-30 * H), own_limits_s=28 * H)
+    other = job(11, "b", 8, submitted=-2 * H)
+    out = decide(snapshot(pol, cl, [capped, other], running, usage={("a", "u"): 1.0, ("b", "u"): 1e7}))
+    assert "waiting more than" not in out.waiting[10].detail
+
+
+def test_a_run_the_guard_served_late_is_late_only_beyond_its_own_limits() -> None:
+    guard = Guard(policy(starvation=24 * H))
+    started = replace(job(1, submitted=-40 * H, started=-10 * H, slots=[1]), own_limits_s=20 * H)
+    assert served_late(guard, [started]) == {}, "it started 30 h after submission, 10 h beyond its own limits"
+    assert served_late(guard, [replace(started, own_limits_s=0.0)]) == {1: 24 * H}

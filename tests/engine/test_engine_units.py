@@ -209,3 +209,36 @@ def test_a_job_started_without_any_duration_keeps_its_cards_in_the_same_ticks_sh
     started = job(10, n=1, est=0, slots=[s.device_id for s in out.starts[0].slots], started=0)
     again = decide(snapshot(policy(), cl, [job(11, n=2, submitted=-100)], [*running, started]))
     assert again.waiting[11].estimated_start is None
+
+
+def test_a_guarantee_reclaim_does_not_throw_away_more_than_the_bound_per_card() -> None:
+    """Issue 30: a reclaim that would lose more than ``reclaimLossLimit`` of work per card waits.
+
+    Before the bound, the least-work search took b's run of 5 h on 8 cards (40 device-hours
+    thrown away) to give a its guarantee at once.
+    """
+    from dataclasses import replace as with_
+
+    from engine_factory import NOW, Cluster, job, policy, quota, snapshot
+
+    from scheduling.engine import reasons
+    from scheduling.engine.decide import decide
+
+    hour = 3600.0
+    cl = Cluster().node("n1")
+    running = [job(1, "b", 8, slots=[cl.dev(f"n1/{i}") for i in range(8)], started=-5 * hour, est=10 * hour)]
+    teams = {"a": quota(guaranteed={"devices": 8}), "b": quota()}
+    pending = [job(10, "a", 8)]
+    out = decide(snapshot(policy(teams), cl, pending, running))
+    assert out.preemptions == [], "5 h of work per card is more than the default 2 h"
+    assert out.waiting[10].reason == reasons.RESOURCES
+    assert "more than 2h of a borrower's work per card" in out.waiting[10].detail
+    # A run younger than the bound is reclaimed as before.
+    young = [with_(running[0], started_at=NOW.timestamp() - 1.5 * hour)]
+    out = decide(snapshot(policy(teams), cl, pending, young))
+    assert [(p.job_id, p.reason) for p in out.preemptions] == [(1, reasons.GUARANTEE_RECLAIM)]
+    # The bound is the policy's: at 6 h the old run is reclaimed too.
+    pol = policy(teams)
+    pol = with_(pol, reclaim_loss_limit_s=6 * hour)
+    out = decide(snapshot(pol, cl, pending, running))
+    assert [p.job_id for p in out.preemptions] == [1]
