@@ -64,6 +64,11 @@ class Job(models.Model):
         help_text="The job saves its state this often (seconds from its start): preempted, it loses only the work "
         "since its last checkpoint, and victims are chosen to lose the least work",
     )
+    #: Seconds this job has waited with a reason of its own team's limits (its team at its max,
+    #: out of budget, ...), and since when it waits so now: the starvation guard counts only the
+    #: rest of its wait (scheduling/engine/starvation.py). Kept by the tick.
+    own_limits_s = models.FloatField(default=0.0)
+    own_limits_since = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

@@ -74,7 +74,9 @@ def test_the_device_limit_reads_the_same_on_the_page_in_the_api_in_explain_and_i
     assert waiting.pending_reason == reasons.QUOTA_MAX_DEVICES
     sentence = reasons.TEXT[reasons.QUOTA_MAX_DEVICES]
     # The detail in words too: what the team holds, and its limit (research may hold 12 devices).
-    assert waiting.pending_detail == "your team is at its maximum of 12 devices: it holds 8 in 1 running job; this job needs 8 more"
+    assert waiting.pending_detail == (
+        "your team is at its maximum of 12 devices: it holds 8 in 1 running job; this job needs 8 more"
+    )
 
     client = Client()
     client.force_login(lead)

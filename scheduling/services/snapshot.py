@@ -154,6 +154,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
 
     pending: list[JobState] = []
     running: list[JobState] = []
+    now_ts = now.timestamp()
     rows = (
         Job.objects.filter(state__in=[Job.State.PENDING, Job.State.RUNNING])
         .annotate(
@@ -161,6 +162,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             start_ts=epoch("started_at"),
             dl_ts=epoch("preempt_deadline"),
             est_ts=epoch("estimated_start"),
+            own_ts=epoch("own_limits_since"),
         )
         .values_list(
             "id",
@@ -184,6 +186,8 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             "depends_on",
             "array_id",
             "array_limit",
+            "own_limits_s",
+            "own_ts",
         )
         .order_by("id")
     )
@@ -192,7 +196,7 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
     array_limits: dict[int, tuple[str, int]] = {}
     for (job_id, team, user, pclass, ndev, tid, chip, submitted, est, max_s, started, deadline,
          preempted_for, checkpoint, job_state, reason, detail, est_start, depends_on, array_id,
-         array_limit) in raw_rows(rows):  # fmt: skip
+         array_limit, own_s, own_ts) in raw_rows(rows):  # fmt: skip
         # Positional on purpose: this loop runs once per queued job on every tick.
         job = JobState(
             job_id,
@@ -210,6 +214,8 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
             deadline,
             preempted_for,
             float(checkpoint) if checkpoint else None,
+            # Its time at its own team's limits so far, the current stretch included.
+            float(own_s or 0.0) + (max(0.0, now_ts - own_ts) if own_ts is not None else 0.0),
         )
         if array_limit:
             array_limits[job_id] = (array_id, array_limit)

@@ -179,6 +179,38 @@ def _write_waits(rows: list[tuple[str, str, object, int]]) -> None:
             )
 
 
+def _count_own_limits(loaded: LoadedState, decisions: Decisions, now: datetime) -> None:
+    """Keep each job's time at its own team's limits (``Job.own_limits_s``) for the starvation guard.
+
+    A job the tick leaves waiting for its team's limits (``reasons.QUOTA_REASONS``) starts a
+    stretch (``own_limits_since``) unless one runs; one that no longer waits so (it started, or
+    waits for cards now) adds its stretch to ``own_limits_s``. Only jobs that change side are
+    written, so a quiet tick writes nothing.
+    """
+    own = reasons.QUOTA_REASONS
+    waiting = decisions.waiting
+    entering: list[int] = []
+    leaving: list[int] = []
+    for job_id, old in loaded.waiting.items():
+        was = old[0] in own
+        wait = waiting.get(job_id)
+        now_own = wait is not None and wait.reason in own
+        if now_own and not was:
+            entering.append(job_id)
+        elif was and not now_own:
+            leaving.append(job_id)
+    if entering:
+        Job.objects.filter(pk__in=entering, own_limits_since__isnull=True).update(own_limits_since=now)
+    if leaving:
+        stretches = Job.objects.filter(pk__in=leaving, own_limits_since__isnull=False)
+        jobs = list(stretches.only("own_limits_s", "own_limits_since"))
+        for job in jobs:
+            assert job.own_limits_since is not None
+            job.own_limits_s += max(0.0, (now - job.own_limits_since).total_seconds())
+            job.own_limits_since = None
+        Job.objects.bulk_update(jobs, ["own_limits_s", "own_limits_since"])
+
+
 def _persist_promises(loaded: LoadedState, decisions: Decisions) -> None:
     """Store the promises in force (``JobPromise``); delete the ones that ended.
 
@@ -281,5 +313,6 @@ def _persist(
             changed.append((wait.reason, detail, adapt(_dt(est)), job_id))
     if changed:
         _write_waits(changed)
+    _count_own_limits(loaded, decisions, now)
     result.waiting = len(decisions.waiting)
     transitions.record_events(events)

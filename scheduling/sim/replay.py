@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from scheduling.engine.snapshot import (
     Snapshot,
     Wait,
 )
+from scheduling.engine.starvation import Guard
 from scheduling.engine.work_lost import device_hours_lost, last_checkpoint
 from scheduling.sim.baselines import BASELINES, EasyBaseline, FifoBaseline, parse_baselines
 from scheduling.sim.jobs import EPS as _EPS
@@ -262,6 +264,8 @@ class Simulation:
         self.lost_device_h = 0.0
         #: Device-hours lost by the victims of each priority class.
         self.class_lost: dict[str, float] = defaultdict(float)
+        #: ``(start, planned end)`` of every run in start order (the guard's bound, :meth:`_guard_bound`).
+        self.run_spans: list[tuple[float, float]] = []
         #: Preemptions and device-hours lost by the preemption's reason (``GuaranteeReclaim``, ...).
         self.reason_preemptions: dict[str, int] = defaultdict(int)
         self.reason_lost: dict[str, float] = defaultdict(float)
@@ -542,6 +546,7 @@ class Simulation:
         sj.status = "running"
         sj.run_token += 1
         heapq.heappush(self.ends, (t + sj.duration - sj.saved, js.id, sj.run_token))
+        self.run_spans.append((t, t + sj.duration - sj.saved))
         self._rate(sj, +sj.units, t)
         if sj.first_start is None:
             sj.first_start = t
@@ -709,6 +714,48 @@ class Simulation:
 
     # -- results -------------------------------------------------------------------------------
 
+    def _guard_bound(self) -> dict[str, Any] | None:
+        """How the starvation guard's promise held (``None`` when the policy has no guard).
+
+        The promise, EASY backfill's: no job waits beyond its own team's limits longer than
+        the threshold ``after`` plus the longest a job running when it started to starve still
+        had to run. A job starts to starve at ``submitted + own limits + after`` (its time at its
+        own limits counted as if all of it came first: that moment is the latest it can be, so
+        the bound read here is, if anything, looser than the true one); the running jobs then are
+        the runs started before that moment, whose planned ends (start + the rest of the run)
+        bound when their cards come free. A job that preempts waits out the grace period too: that
+        much over is allowed.
+        """
+        guard = Guard(self.policy) if not self.reference else None
+        if guard is None or not guard.on:
+            return None
+        starts = [span[0] for span in self.run_spans]
+        latest: list[float] = []
+        top = -math.inf
+        for _, end in self.run_spans:
+            top = max(top, end)
+            latest.append(top)
+        starved = over = 0
+        worst = 0.0
+        for sj in self.jobs:
+            if sj.first_start is None or sj.beyond_s is None:
+                continue
+            after = guard.after(sj.state.priority_class)
+            if after is None:
+                continue
+            wait = sj.first_start - sj.state.submitted_at
+            since = sj.state.submitted_at + (wait - sj.beyond_s) + after
+            if sj.first_start <= since:
+                continue
+            starved += 1
+            k = bisect_right(starts, since)
+            longest = max(0.0, latest[k - 1] - since) if k else 0.0
+            excess = sj.beyond_s - (after + longest + self.policy.grace_period_s)
+            if excess > 0:
+                over += 1
+                worst = max(worst, excess)
+        return {"starved": starved, "over_bound": over, "worst_over_s": round(worst, 3)}
+
     def job_records(self) -> list[dict[str, Any]]:
         """One row per replayed job (for ``--jobs-out``): times relative to the start of the trace clock."""
         epoch = self.epoch
@@ -785,6 +832,7 @@ class Simulation:
             "wait_s": {
                 "overall": summary(self.waits),
                 "beyond_own_limits": summary(self.waits_beyond),
+                "guard_bound": self._guard_bound(),
                 "by_class": {c: summary(w) for c, w in sorted(self.class_waits.items())},
                 "by_team": {team: teams[team]["wait_s"] for team in self.teams},
             },

@@ -86,3 +86,39 @@ def test_the_guard_bounds_the_wait_that_shorter_runs_first_makes() -> None:
     starts = _short_first("3h")
     # Starving from 3 h, it holds the server; the 1-hour jobs on it end within the hour.
     assert 3 * HOUR < starts["long"] <= 4 * HOUR + 60
+
+
+def test_the_guard_bound_is_read_from_the_replay_and_holds_for_the_big_job() -> None:
+    """``wait_s.guard_bound``: the big job of ``_world`` starved, and started within the bound
+    (its threshold plus the hour b's running jobs still had to run), as did the few of b's that starved."""
+    rows = [row(f"a-early{i}", 0.0, 2 * HOUR, 8, tenant="a") for i in range(2)]
+    rows += [row(f"b{i}", i * 600.0, HOUR, 4, tenant="b") for i in range(120)]
+    rows.append(row("a-big", 2 * HOUR, HOUR, 8, tenant="a"))
+    teams = [{"name": "a", "shares": 1}, {"name": "b", "shares": 10}]
+    guarded = run_simulation(rows, make_cluster(2, 8), make_policy(teams, starvation="12h"))["policy"]
+    bound = guarded["wait_s"]["guard_bound"]
+    assert bound["starved"] >= 1 and bound["over_bound"] == 0, bound
+    # At 2 h, b's own backlog (more than the cluster runs) starves too: those jobs wait for each
+    # other, oldest first, and many are over the one-job bound; the figure says so.
+    overloaded = run_simulation(rows, make_cluster(2, 8), make_policy(teams, starvation="2h"))["policy"]
+    assert overloaded["wait_s"]["guard_bound"]["over_bound"] > 0
+    assert run_simulation(rows, make_cluster(2, 8), make_policy(teams))["policy"]["wait_s"]["guard_bound"] is None
+
+
+def test_time_at_the_teams_own_max_does_not_start_the_guard() -> None:
+    """Issue 30: a job held by its own team's max for longer than the threshold is not starving.
+
+    Team a may hold 8 cards and runs an 8-card job for 5 h; its second job waits for a's own max
+    all that time, with 8 cards free. Its wait beyond its own limits is a minute: it never
+    starves (the engine's side: tests/engine/test_engine_starvation.py), and b's 4-card jobs
+    keep the free server busy.
+    """
+    rows = [row("a1", 0.0, 5 * HOUR, 8), row("a2", 60.0, HOUR, 8)]
+    rows += [row(f"b{i}", 5 * HOUR - 600.0 + i, 2 * HOUR, 4, tenant="b") for i in range(2)]
+    teams = [{"name": "a", "quota": {"max": {"devices": 8}}}, {"name": "b"}]
+    out = run_simulation(rows, make_cluster(2, 8), make_policy(teams, starvation="2h"), job_records=True)
+    waits = out["policy"]["wait_s"]
+    assert waits["guard_bound"]["starved"] == 0, "its wait beyond its own limits never reached 2 h"
+    starts = {r["job_id"]: float(r["first_start_s"]) for r in out["job_records"]["policy"]}
+    assert starts["b0"] < 5 * HOUR and starts["b1"] < 5 * HOUR, "b's jobs took the free server"
+    assert starts["a2"] == 5 * HOUR, "a2 starts when a's own job ends"
