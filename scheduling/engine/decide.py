@@ -92,7 +92,7 @@ from dataclasses import replace
 from functools import partial
 
 from scheduling.engine import array_throttle, dependency, priority, reasons, run_time
-from scheduling.engine.backfill import Hold, Release, ends_before, shadow
+from scheduling.engine.backfill import Hold, Release, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.durations import format_duration
 from scheduling.engine.fairshare import user_factors
@@ -140,6 +140,7 @@ class _Group:
         "promise",
         "size",
         "slow",
+        "starving_memo",
         "static",
         "team",
     )
@@ -155,6 +156,9 @@ class _Group:
         self.slow = False
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
         self.memo: dict[int, MemoWait] = {}
+        #: The same for its starving jobs once every chip they may use has its fill of starving
+        #: holds (their waits say so, so they are not shared with the others').
+        self.starving_memo: dict[int, MemoWait] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
@@ -272,6 +276,11 @@ class Tick:
         #: Holds of starving jobs, in the order they were made (their cards are busy for later
         #: shadow times until the held job would end).
         self._starving_holds: list[Hold] = []
+        #: Starving holds per chip model (at most :data:`MAX_HOLDS_PER_CHIP`).
+        self._starving_count: dict[str, int] = {}
+        #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
+        #: usable holds by (shadow times passed, within guarantee) (see :meth:`_usable_holds`).
+        self._usable_cache: dict[str, tuple[list[float], bool, dict[tuple[int, bool], list[Hold]]]] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id.
@@ -577,12 +586,17 @@ class Tick:
                 waiting[jid] = refusal
                 continue
             chips = adm[2]
-            if starving and jid in starving:  # it may hold cards of its own: no shared memo
-                outcome = self.place(job, need, ledger, list(chips))
-                if outcome is not None:
-                    waiting[jid] = Wait(*outcome)
-                shadows = self._shadows
-                continue
+            memo = group.memo
+            if starving and jid in starving:
+                if not self._starving_holds_full(chips):  # it may hold cards of its own: no memo
+                    outcome = self.place(job, need, ledger, list(chips))
+                    if outcome is not None:
+                        waiting[jid] = Wait(*outcome)
+                    shadows = self._shadows
+                    continue
+                # No hold of its own this tick (holds only fill up during one): it places as
+                # any job does, with a wait that names the guard, remembered apart.
+                memo = group.starving_memo
             # Steps 4c-4g give the same answer to every job of the same team, class
             # and shape until the free state changes (a start, a hold, a preemption):
             # the long tail of a full queue is answered from this memo. With holds,
@@ -592,7 +606,7 @@ class Tick:
                 rank = bisect_left(shadows, now + duration) if duration > 0 else -1
             else:
                 rank = 0
-            hit = group.memo.get(rank)
+            hit = memo.get(rank)
             version = self.free_memo.version
             if hit is not None and (hit.chips is chips or hit.chips == chips):
                 if hit.version == version:
@@ -615,7 +629,7 @@ class Tick:
                 # (A wait that names the reclaim bound is this job's own: the next job of the
                 # group places itself, and its search — or the memo of failed ones — says.)
                 if self.free_memo.version == version and self._bounded_for != jid:
-                    entry = group.memo[rank] = MemoWait(
+                    entry = memo[rank] = MemoWait(
                         chips,
                         version,
                         wait,
@@ -627,7 +641,7 @@ class Tick:
                         # A stable wait did not try the held cards: a longer job of the group (a
                         # higher rank) ends before no more shadow times, so this is its wait too.
                         for higher in range(rank + 1, len(shadows) + 1):
-                            group.memo[higher] = entry
+                            memo[higher] = entry
         promises = self.out.promises
         for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
             if jid not in promises:
@@ -947,13 +961,7 @@ class Tick:
                     find_fail.add((need, chip))
             held = holds.get(chip)
             if placement is None and held is not None:
-                duration = run_time.expected(job) or 0.0
-                usable = [
-                    hold
-                    for hold in held
-                    if ends_before(self.now, duration, hold.shadow)
-                    or (not hold.starving and ledger.within_guarantee(chip, units[chip]))
-                ]
+                usable = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
                 if usable:
                     self.free_memo.stable = False
                     placement = self.find_with_hold(need, chip, usable)
@@ -970,6 +978,30 @@ class Tick:
             if self.try_preempt(job, need, chips, headroom):
                 return True
         return False
+
+    def _usable_holds(
+        self, chip: str, held: list[Hold], duration: float, ledger: TeamLedger, units: float
+    ) -> list[Hold]:
+        """The holds on ``chip`` whose cards a job of ``duration`` may use (in the holds' order).
+
+        Those it ends before (``backfill.ends_before``: shadow time at or after its end), and
+        ordinary ones when its team stays within its guarantee. Which holds it ends before
+        depends only on how many shadow times its end passes, so the lists are kept per chip
+        by that count until a hold is added: with the starvation guard a chip has up to
+        :data:`MAX_HOLDS_PER_CHIP` holds more, and each waiting job walked them all.
+        """
+        cache = self._usable_cache.get(chip)
+        if cache is None:
+            cache = self._usable_cache[chip] = (sorted(h.shadow for h in held), any(not h.starving for h in held), {})
+        shadows, ordinary, lists = cache
+        end = self.now + duration
+        k = bisect_left(shadows, end) if duration > 0 else len(shadows)
+        within = ordinary and ledger.within_guarantee(chip, units)
+        got = lists.get((k, within))
+        if got is None:
+            least = shadows[k] if k < len(shadows) else math.inf
+            got = lists[(k, within)] = [h for h in held if h.shadow >= least or (within and not h.starving)]
+        return got
 
     def find_with_hold(self, need: Need, chip: str, usable: list[Hold]) -> Placement | None:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow times)."""
@@ -1154,6 +1186,11 @@ class Tick:
         # start time to show: the hold stays (it keeps nothing from a job that ends), no estimate.
         return reasons.RESOURCES, "", at if at < math.inf else None
 
+    def _starving_holds_full(self, chips: tuple[str, ...] | list[str]) -> bool:
+        """Whether every chip model in ``chips`` has :data:`MAX_HOLDS_PER_CHIP` starving holds."""
+        counts = self._starving_count
+        return all(counts.get(c, 0) >= MAX_HOLDS_PER_CHIP for c in chips)
+
     def _starving_blocked(self, job: JobState, need: Need, chips: list[str]) -> tuple[str, str, float | None]:
         """4g for a starving job: a hold of its own at its shadow time, even where others hold cards.
 
@@ -1161,12 +1198,13 @@ class Tick:
         it busy until those jobs would end (:meth:`releases`), so holds never overlap
         in time on a card. See :mod:`starvation`.
         """
-        self.free_memo.stable = False
         guard = self.guard
-        room = [c for c in chips if sum(1 for h in self.holds.get(c, ()) if h.starving) < MAX_HOLDS_PER_CHIP]
+        room = [c for c in chips if self._starving_count.get(c, 0) < MAX_HOLDS_PER_CHIP]
         if not room:
+            # Stable as an ordinary wait is: the starving holds only fill up during a tick.
             why = f"{MAX_HOLDS_PER_CHIP} jobs that waited longer hold cards on {', '.join(chips)} first"
             return reasons.RESOURCES, unheld_detail(guard, job, why), None
+        self.free_memo.stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in room:
             found = shadow(self.state, need, chip, self.releases(chip))
@@ -1210,6 +1248,8 @@ class Tick:
             held.append(hold)
         if starving:
             self._starving_holds.append(hold)
+            self._starving_count[chip] = self._starving_count.get(chip, 0) + 1
+        self._usable_cache.pop(chip, None)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
         self.free_memo.epoch += 1
 

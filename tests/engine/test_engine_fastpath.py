@@ -471,6 +471,7 @@ def _unmemoised(snap: Snapshot, monkeypatch: pytest.MonkeyPatch) -> tuple:
     def init(self, *args) -> None:  # type: ignore[no-untyped-def]
         original(self, *args)
         self.memo = _NoMemo()
+        self.starving_memo = _NoMemo()
 
     with monkeypatch.context() as patch:
         patch.setattr(decide_module._Group, "__init__", init)
@@ -482,15 +483,20 @@ def _memo_worlds(seed: int) -> list[Snapshot]:
 
     One with the benchmark's policy, large enough for groups to meet several shadow
     times; one with a reservation of 40 % for ``urgent``, where starts turn free
-    cards into held-back ones and held-back ones into a plain shortage.
+    cards into held-back ones and held-back ones into a plain shortage; one with the
+    starvation guard, where starving jobs fill their holds.
     """
     snap = make_synthetic_snapshot(1500, 60, 8, 0.6, 6, seed)
     reserved = make_synthetic_snapshot(300, 20, 8, 0.4, 6, seed)
     reserved.policy = dataclasses.replace(
         reserved.policy, reservations=(Reservation("floor", 0.4, None, frozenset({"urgent"})),)
     )
+    # The guard at 60 h: a sixth of the queue (submitted over three days) starves, holds fill up,
+    # and the starving jobs after them are answered from their own memo.
+    starving = make_synthetic_snapshot(1500, 20, 8, 0.6, 6, seed)
+    starving.policy = dataclasses.replace(starving.policy, starvation_after_s=60 * 3600.0)
     out = []
-    for world in (snap, reserved):
+    for world in (snap, reserved, starving):
         out += [world, next_tick(world, decide(copy.deepcopy(world)))]
     return out
 
