@@ -67,8 +67,8 @@ class Job(models.Model):
     #: Seconds this job has waited with a reason of its own team's limits (its team at its max,
     #: out of budget, ...), and since when it waits so now: the starvation guard counts only the
     #: rest of its wait (scheduling/engine/starvation.py). Kept by the tick.
-    own_limits_s = models.FloatField(default=0.0)
-    own_limits_since = models.DateTimeField(null=True, blank=True)
+    own_limits_s = models.FloatField(default=0.0, editable=False)
+    own_limits_since = models.DateTimeField(null=True, blank=True, editable=False)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

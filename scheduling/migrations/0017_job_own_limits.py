@@ -13,11 +13,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='own_limits_s',
-            field=models.FloatField(default=0.0),
+            field=models.FloatField(default=0.0, editable=False),
         ),
         migrations.AddField(
             model_name='job',
             name='own_limits_since',
-            field=models.DateTimeField(blank=True, null=True),
+            field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
     ]
