@@ -210,6 +210,18 @@ def test_team_within_guarantee_is_served_or_its_borrowers_preempted(world: tuple
     if any(s.job_id == ask for s in out.starts):
         return
     wait = out.waiting[ask]
+    if wait.reason == "Resources" and "reclaiming cards would throw away" in wait.detail:
+        # The reclaim bound (policy ``preemption.reclaimLossLimit``): allowed only when every job
+        # of a team over its guarantee has run longer than the bound (none checkpoints here),
+        # and no class preemption was open to it (that would have been planned instead).
+        now = snap.now.timestamp()
+        limit = snap.policy.reclaim_loss_limit_s
+        assert not out.preemptions, wait
+        for team in ("b", "c"):
+            jobs = [j for j in snap.running if j.team == team]
+            if len(jobs) > snap.policy.team(team).quota.guaranteed.get("devices", 0):
+                assert all(now - (j.started_at or now) > limit for j in jobs), (team, wait)
+        return
     assert wait.reason == "PreemptionGrace", wait
     victims = [p for p in out.preemptions if p.for_job == ask]
     assert victims, "no borrower asked to leave"
