@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.utils import timezone
 
-from devices.executors.slurm import COMMENT_RE
+from devices.executors.slurm import COMMENT_RE, squeue
 from devices.slurm.commands import run
 from quotas.accounting.breakdown import usage_by_job
 from quotas.accounting.rates import HOURS_PLACES
@@ -134,7 +134,23 @@ def slurm_usage(start: datetime, end: datetime) -> list[SlurmUsage]:
             SACCT_FIELDS,
         ]
     )
-    return parse_usage(text, start, end)
+    return with_live_comments(parse_usage(text, start, end))
+
+
+def with_live_comments(usage: list[SlurmUsage]) -> list[SlurmUsage]:
+    """``usage`` with the comments ``sacct`` does not have yet taken from the controller.
+
+    Slurm's accounting stores a job's comment (``AccountingStoreFlags=job_comment``) when the
+    job ends: while it runs, ``sacct`` says ``(null)``, and a month reconciled mid-run would take
+    the portal's running jobs for jobs submitted to Slurm directly. The controller knows their
+    comments (``squeue``): they fill the gap.
+    """
+    if all(u.comment for u in usage):
+        return usage
+    queued = squeue(every_state=True)
+    return [
+        replace(u, comment=queued[u.slurm_id].comment) if not u.comment and u.slurm_id in queued else u for u in usage
+    ]
 
 
 def portal_usage(label: str, start: datetime, end: datetime) -> dict[int, Decimal]:

@@ -58,12 +58,21 @@ def test_a_bad_month_is_one_line_and_exit_2(db) -> None:
 def test_a_months_jobs_agree_with_sacct_within_one_percent(own_slurm_site, submit_slurm) -> None:
     Job.objects.all().delete()  # the demo's history never ran on Slurm
     UsageRecord.objects.all().delete()
-    jobs = [submit_slurm("sleep 40", devices=n, name=f"acct-{n}") for n in (1, 2, 3)]
+    jobs = [submit_slurm("sleep 60", devices=n, name=f"acct-{n}") for n in (1, 2, 3)]
     # A job submitted to Slurm directly: in sacct, not the portal's to charge, totalled apart.
     outside = ["sbatch", "--parsable", "--gres=npu:1", "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 5"]
     run([*outside, "--uid=nobody"] if os.geteuid() == 0 else outside)
     tick()
     assert all(j.state == Job.State.RUNNING for j in Job.objects.filter(pk__in=[j.pk for j in jobs]))
+    # Mid-run: sacct has no comment for a running job yet, the controller has; each is the portal's.
+    label = timezone.localtime().strftime("%Y-%m")
+    # (Within 45 s, before the 60 s jobs end: slurmdbd may take a moment to record a start.)
+    wait_for(
+        lambda: sorted(j.job_id for j in reconcile(label).jobs if j.slurm is not None),
+        until=lambda matched: matched == sorted(j.pk for j in jobs),
+        interval=1.0,
+        timeout=45,
+    )
 
     def observed() -> list[str]:
         get_executor().observe()
@@ -71,7 +80,6 @@ def test_a_months_jobs_agree_with_sacct_within_one_percent(own_slurm_site, submi
 
     wait_for(observed, until=lambda states: set(states) == {Job.State.COMPLETED}, interval=1.0, timeout=180)
 
-    label = timezone.localtime().strftime("%Y-%m")
     result = reconcile(label)
     print("\n".join(result.lines()))
     assert sorted(j.job_id for j in result.jobs) == sorted(j.pk for j in jobs)
