@@ -8,7 +8,7 @@ TEST_WORKERS ?= 2
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test calendar setup engine migrate lint format browser slurm clean schema
+.PHONY: run test calendar setup engine migrate lint format browser slurm directory clean schema
 
 # `make run` does not wait for the engine's compiler: without a build of these sources it serves on the
 # plain-Python core (which decides the same) while the build runs in the background, niced, logging to
@@ -26,7 +26,7 @@ run: $(STAMP) ## set up, seed the demo once, start web + worker + beat + agents 
 	echo "$(PY) manage.py collectstatic --noinput -v0"; $(PY) manage.py collectstatic --noinput -v0; \
 	NPUPORTAL_ENGINE=$$engine $(PY) -m npuportal.supervisor $(RUN_ARGS)
 
-test: setup browser slurm ## set up and run the whole suite
+test: setup browser slurm directory ## set up and run the whole suite
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(PY) manage.py makemigrations --check --dry-run
@@ -58,6 +58,14 @@ setup: $(STAMP) engine migrate
 # --no-compile: byte-compiling every installed module took 17 of pip's 28 s; a module is compiled
 # when first imported instead (most of them never are).
 $(STAMP): requirements.txt
+	@# python-ldap (directory sign-in) compiles against OpenLDAP's and SASL's headers.
+	@if [ ! -e /usr/include/ldap.h ] || [ ! -e /usr/include/sasl/sasl.h ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing OpenLDAP's headers for python-ldap"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libldap2-dev libsasl2-dev >/dev/null) \
+	      || { echo "could not install libldap2-dev libsasl2-dev: python-ldap will not build"; exit 1; }; \
+	  else echo "python-ldap needs OpenLDAP's headers: apt-get install libldap2-dev libsasl2-dev (as root)"; exit 1; fi; \
+	fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
@@ -99,6 +107,18 @@ slurm:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null) \
 	      || echo "could not install Slurm: the Slurm tests (tests/slurm) will be skipped"; \
 	  else echo "no Slurm here: the Slurm tests (tests/slurm) will be skipped (apt-get install $(SLURM_PACKAGES))"; fi; \
+	fi
+
+# The directory sign-in tests (tests/directory) run a real OpenLDAP slapd of their own; Debian's package
+# gives the program and its schemas (no_configuration: its own database and daemon are not used).
+directory:
+	@if ! command -v slapd >/dev/null && [ ! -x /usr/sbin/slapd ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing OpenLDAP's slapd for the directory sign-in tests"; \
+	    echo "slapd slapd/no_configuration boolean true" | debconf-set-selections; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slapd ldap-utils >/dev/null) \
+	      || echo "could not install slapd: the LDAP tests (tests/directory) will be skipped"; \
+	  else echo "no slapd here: the LDAP tests (tests/directory) will be skipped (apt-get install slapd ldap-utils)"; fi; \
 	fi
 
 # The OpenAPI schema is generated, never hand-written; tests/test_api_schema.py fails when it is stale.

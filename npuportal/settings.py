@@ -20,6 +20,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from whitenoise.compress import Compressor
 
+from quotas.directory.config import LdapConfigError, OidcConfigError, ldap_settings, oidc_settings
+
 
 class BadSetting(ImproperlyConfigured, ValueError):
     """An environment variable with a value it cannot take; ``str()`` names the variable, the value and why.
@@ -186,6 +188,22 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+
+# --- Sign-in with the site's directory (quotas.directory; README "Sign-in with the site's directory") --
+# Each is off unless its variable is set; local accounts keep working beside them (the break-glass
+# admin). A setting that cannot work stops the start with the variable's name, not the first sign-in.
+try:
+    _ldap = ldap_settings()
+    _oidc = oidc_settings()
+except (LdapConfigError, OidcConfigError) as _exc:
+    raise ImproperlyConfigured(str(_exc)) from None
+globals().update(_ldap)
+globals().update(_oidc)
+if _ldap:
+    AUTHENTICATION_BACKENDS.insert(1, "quotas.directory.ldap.DirectoryLDAPBackend")
+if _oidc:
+    AUTHENTICATION_BACKENDS.append("quotas.directory.oidc.DirectoryOIDCBackend")
+    OIDC_AUTHENTICATE_CLASS = "quotas.directory.oidc.DirectoryOIDCRequestView"
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 #: Failed sign-ins allowed per account, and per client address, within the cool-off; the next is refused.
 AXES_FAILURE_LIMIT = _env_number("NPUPORTAL_LOGIN_FAILURE_LIMIT", 10, whole=True, minimum=1)

@@ -8,6 +8,7 @@ from npuportal.health import healthz
 from npuportal.metrics import metrics
 from quotas.access import signin
 from quotas.access import views as access_console
+from quotas.directory import oidc
 from quotas.policies import views as policy_console
 from scheduling import views as console
 
@@ -38,6 +39,9 @@ urlpatterns = [
     path("policy/v<int:version>/restore/", policy_console.policy_restore, name="console-policy-restore"),
     path("login/", signin.ConsoleLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on (OIDC), answering 404 unless NPUPORTAL_OIDC_ISSUER is set (quotas.directory.oidc).
+    path("oidc/authenticate/", oidc.DirectoryOIDCRequestView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", oidc.DirectoryOIDCCallbackView.as_view(), name="oidc_authentication_callback"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),

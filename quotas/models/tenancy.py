@@ -73,6 +73,23 @@ class UserProfile(models.Model):
         help_text="The account this user's jobs run as on the nodes; empty: the portal username",
     )
 
+    class Directory(models.TextChoices):
+        LOCAL = "", "Local account"
+        LDAP = "ldap", "LDAP directory"
+        OIDC = "oidc", "Single sign-on (OIDC)"
+
+    #: Where the account comes from: a directory account's teams and roles follow its groups
+    #: (:mod:`quotas.directory`), and ``directory sync`` marks it inactive once it leaves.
+    directory = models.CharField(max_length=8, choices=Directory.choices, blank=True, default="", editable=False)
+    #: Its name in the directory: the LDAP entry's DN, or the OIDC subject (``sub``).
+    directory_id = models.CharField(max_length=500, blank=True, default="", editable=False)
+    #: The directory groups seen at its last sign-in or sync, as the policy would name them.
+    directory_groups = models.JSONField(default=list, blank=True, editable=False)
+    directory_seen = models.DateTimeField(null=True, blank=True, editable=False)
+    #: When ``directory sync`` found the account gone from the directory and made it inactive;
+    #: it is active again when the directory has it back (an admin's own deactivation stays).
+    directory_left = models.DateTimeField(null=True, blank=True, editable=False)
+
     def __str__(self) -> str:
         return f"{self.user} runs as {self.posix_user or self.user.get_username()}"
 

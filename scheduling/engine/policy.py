@@ -20,6 +20,7 @@ from scheduling.engine.policy_dump import dump_policy
 from scheduling.engine.policy_fields import API_VERSION, KIND
 from scheduling.engine.policy_model import (
     DEVICES,
+    DirectoryRoles,
     Ordering,
     Policy,
     PolicyError,
@@ -29,6 +30,7 @@ from scheduling.engine.policy_model import (
     Reservation,
     Schedule,
     Severity,
+    TeamDirectory,
     TeamPolicy,
     as_policy_time,
     chip_resource,
@@ -47,6 +49,7 @@ __all__ = [
     "API_VERSION",
     "DEVICES",
     "KIND",
+    "DirectoryRoles",
     "Ordering",
     "Policy",
     "PolicyError",
@@ -56,6 +59,7 @@ __all__ = [
     "Reservation",
     "Schedule",
     "Severity",
+    "TeamDirectory",
     "TeamPolicy",
     "as_policy_time",
     "chip_resource",

@@ -73,6 +73,8 @@ def semantic_diff(old: Policy, new: Policy) -> list[str]:
         lambda label, a, b: _team(out, label, a, b, order),
     )
     _team(out, "defaults", old.defaults, new.defaults, order)
+    for role in ("finance", "admins"):
+        _change(out, f"directory.{role}", getattr(old.directory, role), getattr(new.directory, role), _opt, sep=" ")
     return out
 
 
@@ -130,6 +132,15 @@ def _reservations(out: list[str], old: Policy, new: Policy, order: list[str]) ->
 def _team(out: list[str], label: str, a: TeamPolicy, b: TeamPolicy, order: list[str]) -> None:
     _change(out, f"{label}: department", a.department, b.department, _opt, sep=" ")
     _change(out, f"{label}: shares", a.shares, b.shares, show_number, sep=" ")
+    for role in ("members", "leads"):
+        _change(
+            out,
+            f"{label}: directory.{role}",
+            getattr(a.directory, role, None),
+            getattr(b.directory, role, None),
+            _opt,
+            sep=" ",
+        )
     _quota(out, label, a.quota, b.quota, order)
     before = {s.name: s for s in a.schedules}
     after = {s.name: s for s in b.schedules}

@@ -75,6 +75,9 @@ def dump_policy(policy: Policy) -> str:
         "teams": [_team(team, order) for team in policy.teams.values()],
         "defaults": _team(policy.defaults, order, is_defaults=True),
     }
+    roles = {key: getattr(policy.directory, key) for key in ("finance", "admins")}
+    if any(roles.values()):
+        spec["directory"] = _Flow({key: group for key, group in roles.items() if group})
     document = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -107,6 +110,10 @@ def _team(team: TeamPolicy, order: list[str], *, is_defaults: bool = False) -> d
         out["quota"] = quota
     if team.schedules:
         out["schedules"] = [_schedule(s, order) for s in team.schedules]
+    if team.directory is not None and not is_defaults:
+        out["directory"] = _Flow(members=team.directory.members)
+        if team.directory.leads:
+            out["directory"]["leads"] = team.directory.leads
     return out
 
 

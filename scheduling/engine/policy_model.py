@@ -124,12 +124,33 @@ class Schedule(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class TeamDirectory(Record):
+    """``teams[].directory``: the site directory's groups whose members make up the team.
+
+    Each is a group's cn or its DN, compared without regard to case. A team with ``members``
+    is run from the directory: sign-ins and ``directory sync`` set who is in it, not the console.
+    """
+
+    members: str
+    leads: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryRoles(Record):
+    """``spec.directory``: the directory groups that make people finance or admins."""
+
+    finance: str | None = None
+    admins: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TeamPolicy(Record):
     name: str
     department: str | None
     shares: float
     quota: Quota
     schedules: tuple[Schedule, ...] = ()
+    directory: TeamDirectory | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +204,8 @@ class Policy(Record):
     #: ``spec.preemption.reclaimLossLimit`` in seconds: a guarantee reclaim never stops a run that
     #: would lose more than this much of its work per card (:mod:`preemption`, *Reclaim bound*).
     reclaim_loss_limit_s: float = RECLAIM_LOSS_LIMIT_S
+    #: ``spec.directory``: which directory groups make people finance or admins.
+    directory: DirectoryRoles = DirectoryRoles()
 
     def team(self, name: str) -> TeamPolicy:
         """The team's policy, or the defaults for a team the policy does not name."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,6 +33,7 @@ from scheduling.engine.policy_fields import (
 )
 from scheduling.engine.policy_model import (
     DEVICES,
+    DirectoryRoles,
     Ordering,
     Policy,
     PolicyError,
@@ -41,6 +43,7 @@ from scheduling.engine.policy_model import (
     Reservation,
     Schedule,
     Severity,
+    TeamDirectory,
     TeamPolicy,
     merge_quota,
     quota_for_team,
@@ -76,12 +79,17 @@ _SPEC_FIELDS = (
     "departments",
     "teams",
     "defaults",
+    "directory",
 )
 _CLASS_FIELDS = ("name", "preempts", "preemptible", "default", "starvationAfter")
 _ORDERING_FIELDS = section_keys(ORDERING_FIELDS)
 _RESERVATION_FIELDS = ("name", "ratio", "chipModels", "forPriorityClasses")
 _DEPARTMENT_FIELDS = ("name", "shares")
-_TEAM_FIELDS = ("name", "department", "shares", "quota", "schedules")
+_TEAM_FIELDS = ("name", "department", "shares", "quota", "schedules", "directory")
+_TEAM_DIRECTORY_FIELDS = ("members", "leads")
+_DIRECTORY_ROLE_FIELDS = ("finance", "admins")
+# A DN: comma-separated attribute=value pairs (values may hold escaped commas), e.g. cn=ml,ou=groups,dc=example,dc=org.
+_DN_PATTERN = re.compile(r"^\s*[A-Za-z][\w.-]*\s*=(?:[^,\\]|\\.)+(?:,\s*[A-Za-z][\w.-]*\s*=(?:[^,\\]|\\.)+)*$")
 _DEFAULTS_FIELDS = ("shares", "quota", "schedules")
 _QUOTA_FIELDS = section_keys(QUOTA_FIELDS)
 _SCHEDULE_FIELDS = ("name", "days", "between", "quota")
@@ -573,6 +581,9 @@ class _Reader:
         reservations = self.reservations(spec.get("reservations"), "spec.reservations")
         departments = self.departments(spec.get("departments"), "spec.departments")
         teams = self.teams(spec.get("teams"), "spec.teams")
+        directory = DirectoryRoles()
+        if spec.get("directory") is not None:
+            directory = self.directory_roles(spec["directory"], "spec.directory") or directory
         defaults = TeamPolicy("*", None, 1.0, Quota())
         if spec.get("defaults") is not None:
             entry = self.team(spec["defaults"], "spec.defaults", is_defaults=True)
@@ -592,6 +603,7 @@ class _Reader:
             departments=departments,
             teams={t.team.name: t.team for t in teams if t.team is not None},
             defaults=defaults,
+            directory=directory,
             **{**{f.attr: f.default for f in SPEC_FIELDS}, **settings},  # type: ignore[arg-type]  # each value read by its row
         )
 
@@ -894,10 +906,48 @@ class _Reader:
                     schedules.append(schedule)
                     entry.schedule_paths.append(sp)
                 _overlap_warnings(ctx, schedules, entry.schedule_paths)
+        directory: TeamDirectory | None = None
+        if m.get("directory") is not None:
+            directory = self.team_directory(m["directory"], f"{path}.directory")
+            ok = ok and directory is not None
         if not ok or name is None or shares is None or base is None:
             return entry
-        entry.team = TeamPolicy(name, department, shares, base, tuple(schedules))
+        entry.team = TeamPolicy(name, department, shares, base, tuple(schedules), directory)
         return entry
+
+    # -- directory groups ------------------------------------------------------------
+
+    def group(self, value: object, path: str) -> str | None:
+        """A directory group: its cn (``ml-team``) or its DN (``cn=ml-team,ou=groups,dc=example,dc=org``)."""
+        text = _string(self.ctx, value, path)
+        if text is None:
+            return None
+        if not text.strip() or text != text.strip():
+            self.ctx.error(path, "a group's cn or DN, without spaces around it")
+            return None
+        if "=" in text and not _DN_PATTERN.match(text):
+            self.ctx.error(path, f"{text!r} is not a DN (attribute=value pairs joined by commas)")
+            return None
+        return text
+
+    def team_directory(self, value: object, path: str) -> TeamDirectory | None:
+        m = _mapping(self.ctx, value, path, _TEAM_DIRECTORY_FIELDS, required=("members",))
+        if m is None or "members" not in m:
+            return None
+        members = self.group(m["members"], f"{path}.members")
+        leads = self.group(m["leads"], f"{path}.leads") if m.get("leads") is not None else None
+        if members is None or (m.get("leads") is not None and leads is None):
+            return None
+        return TeamDirectory(members, leads)
+
+    def directory_roles(self, value: object, path: str) -> DirectoryRoles | None:
+        m = _mapping(self.ctx, value, path, _DIRECTORY_ROLE_FIELDS)
+        if m is None:
+            return None
+        found = {key: self.group(m[key], f"{path}.{key}") for key in _DIRECTORY_ROLE_FIELDS if m.get(key) is not None}
+        if any(group is None for group in found.values()):
+            return None
+        return DirectoryRoles(**found)  # type: ignore[arg-type]  # each value checked above
 
     # -- quotas ------------------------------------------------------------------
 
