@@ -68,7 +68,17 @@ def test_the_api_plumbing_lives_in_npuportal_api() -> None:
 #: What stays at the root of ``quotas/``: Django's own entry points and a benchmark documented as
 #: ``python -m quotas.bench_reports_browser``. Everything else belongs to a domain package.
 QUOTAS_ROOT = {"__init__.py", "admin.py", "apps.py", "bench_reports_browser.py"}
-QUOTAS_DOMAINS = {"access", "accounting", "api", "management", "migrations", "models", "policies", "tenancy"}
+QUOTAS_DOMAINS = {
+    "access",
+    "accounting",
+    "api",
+    "directory",
+    "management",
+    "migrations",
+    "models",
+    "policies",
+    "tenancy",
+}
 
 
 def test_quotas_is_grouped_by_domain() -> None:

@@ -56,10 +56,21 @@ def login_context() -> dict[str, int]:
 
 
 class ConsoleLoginView(LoginView):
-    """Django's sign-in view; its page also says how many failures lock sign-in, and for how long."""
+    """Django's sign-in view; its page also says how many failures lock sign-in, and for how long,
+    offers "Sign in with …" when single sign-on is configured, and says why one did not sign the
+    person in (the reason the OIDC backend left in the session)."""
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return {**super().get_context_data(**kwargs), **login_context()}
+        from quotas.directory import oidc
+
+        context = {**super().get_context_data(**kwargs), **login_context()}
+        if oidc.enabled():
+            context["sso_name"] = settings.NPUPORTAL_OIDC_NAME
+            if self.request.GET.get("sso") == "failed":
+                context["sso_error"] = self.request.session.pop(oidc.SSO_ERROR_KEY, "") or (
+                    "the identity provider did not confirm who you are"
+                )
+        return context
 
 
 def lockout_response(

@@ -947,7 +947,7 @@ class _Reader:
         found = {key: self.group(m[key], f"{path}.{key}") for key in _DIRECTORY_ROLE_FIELDS if m.get(key) is not None}
         if any(group is None for group in found.values()):
             return None
-        return DirectoryRoles(**found)  # type: ignore[arg-type]  # each value checked above
+        return DirectoryRoles(**found)
 
     # -- quotas ------------------------------------------------------------------
 

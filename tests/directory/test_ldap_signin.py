@@ -193,7 +193,7 @@ def test_directory_sync_creates_members_and_marks_a_removed_person_inactive(dire
 def test_the_local_admin_signs_in_beside_the_directory_and_is_not_taken_over(directory: Slapd) -> None:
     get_user_model().objects.create_user("root-admin", password="break-glass", is_staff=True, is_superuser=True)
     directory.add_user("root-admin", "directory-pw")
-    client, response = sign_in("root-admin", "break-glass")
+    _, response = sign_in("root-admin", "break-glass")
     assert response.status_code == 302  # the local password works
     _, refused = sign_in("root-admin", "directory-pw")
     assert refused.status_code == 200 and b"Wrong username or password" in refused.content

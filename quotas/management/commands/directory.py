@@ -47,7 +47,8 @@ class Command(SubcommandCommand):
         except directory_ldap.LdapConfigError as exc:
             raise self._fail(f"directory sync: {exc}", FAILED) from exc
         except ldap.LDAPError as exc:
-            raise self._fail(f"directory sync: the directory at {_url()} refused or did not answer: {_ldap_text(exc)}", FAILED) from exc
+            message = f"directory sync: the directory at {_url()} refused or did not answer: {_ldap_text(exc)}"
+            raise self._fail(message, FAILED) from exc
         if opts["json"]:
             self.stdout.write(json.dumps(report.__dict__, indent=2, sort_keys=True))
             return
