@@ -89,6 +89,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from datetime import date
 from functools import partial
 
 from scheduling.engine import array_throttle, dependency, priority, reasons, run_time
@@ -255,7 +256,7 @@ class Tick:
         self.state = state = free_state(snapshot, out.evictions, leaving, now)  # step 2, then the ledgers
         self.ledgers: dict[str, TeamLedger] = {}
         #: ``now`` on the policy's wall clock (weekday, minute): what quotas in force depend on.
-        self._clock: tuple[int, int] | None = None
+        self._clock: tuple[int, int, date] | None = None
         #: Occupants started or newly leaving in this tick (their releases move).
         self._changed: list[Occupant] = self._count_running()
         #: The running jobs already leaving when the tick began (the preemptor starts from them).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
+from datetime import date
 from functools import partial
 from typing import Any
 
@@ -181,6 +182,7 @@ def _schedule(out: list[str], label: str, a: Schedule, b: Schedule, order: list[
         lambda w: format_between(*w),
         sep=" ",
     )
+    _change(out, f"{label} dates", a.dates, b.dates, _dates, sep=" ")
     by_name = {f.yaml: f for f in QUOTA_FIELDS}
     for key in dict.fromkeys([*a.quota, *b.quota]):  # as written: the old schedule's fields, then new ones
         f = by_name[key]
@@ -260,7 +262,14 @@ def _chips(value: object) -> str:
 
 
 def _window(schedule: Schedule) -> str:
-    return f"{format_days(schedule.days)} {format_between(schedule.start_min, schedule.end_min)}"
+    text = f"{format_days(schedule.days)} {format_between(schedule.start_min, schedule.end_min)}"
+    return text if schedule.dates is None else f"{text}, {_dates(schedule.dates)}"
+
+
+def _dates(dates: tuple[date, date] | None) -> str:
+    if dates is None:
+        return "every week"
+    return f"{dates[0]} to {dates[1]}"
 
 
 def _shown(f: PolicyField, order: list[str]) -> Callable[[object], str]:

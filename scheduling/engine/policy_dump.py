@@ -165,6 +165,8 @@ def _schedule(schedule: Schedule, order: list[str]) -> dict[str, Any]:
     if schedule.days is not None:
         out["days"] = _FlowList(DAY_NAMES[d] for d in sorted(schedule.days))
     out["between"] = _Quoted(format_between(schedule.start_min, schedule.end_min))
+    if schedule.dates is not None:
+        out["dates"] = _Flow({"from": schedule.dates[0], "until": schedule.dates[1]})
     override = override_to_yaml(schedule.quota, order)
     if override:
         out["quota"] = _Flow(override)

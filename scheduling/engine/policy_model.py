@@ -117,10 +117,21 @@ class Schedule(Record):
     end_min: int
     quota: Mapping[str, object]
     resolved_quota: Quota | None = None
+    #: ``dates: {from, until}``: the window is in force only on these local dates, both included
+    #: (a time-bounded change, such as an approved quota request); ``None``: every week.
+    dates: tuple[date, date] | None = None
 
-    def covers(self, weekday: int, minute: int) -> bool:
-        """Whether the window is in force at local ``weekday``/``minute``."""
-        return covers(self.days, self.start_min, self.end_min, weekday, minute)
+    def covers(self, weekday: int, minute: int, day: date | None = None) -> bool:
+        """Whether the window is in force at local ``weekday``/``minute`` (on local date ``day``)."""
+        return in_dates(self.dates, day) and covers(self.days, self.start_min, self.end_min, weekday, minute)
+
+
+def in_dates(dates: tuple[date, date] | None, day: date | None) -> bool:
+    """Whether a schedule's ``dates`` admit local date ``day``; an undated schedule admits every day,
+    a dated one none when the date is not known (a week in general, as the capacity warnings ask)."""
+    if dates is None:
+        return True
+    return day is not None and dates[0] <= day <= dates[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,12 +334,15 @@ def _merge_resources(base: Mapping[str, float], override: object) -> Mapping[str
     return merged
 
 
-def quota_for_team(team: TeamPolicy, weekday: int, minute: int) -> tuple[Quota, str | None]:
-    """The team's quota at a local wall-clock ``weekday`` (0 = Monday) and minute.
+def quota_for_team(team: TeamPolicy, weekday: int, minute: int, day: date | None = None) -> tuple[Quota, str | None]:
+    """The team's quota at a local wall-clock ``weekday`` (0 = Monday) and minute, on local date ``day``.
 
-    First matching schedule wins; the base quota when none matches.
+    First matching schedule wins; the base quota when none matches. A dated schedule matches
+    only on its dates (never when ``day`` is not given).
     """
     for schedule in team.schedules:
+        if schedule.dates is not None and not in_dates(schedule.dates, day):
+            continue
         if covers(schedule.days, schedule.start_min, schedule.end_min, weekday, minute):
             quota = schedule.resolved_quota or merge_quota(team.quota, schedule.quota)
             return quota, schedule.name
@@ -342,16 +356,16 @@ def quota_at(policy: Policy, team: str, at: datetime) -> tuple[Quota, str | None
     which is what schedule windows are written in (so a window keeps meaning
     "09:00-18:00 on the office clock" across DST changes).
     """
-    weekday, minute = policy_clock(policy, at)
-    return quota_for_team(policy.team(team), weekday, minute)
+    weekday, minute, day = policy_clock(policy, at)
+    return quota_for_team(policy.team(team), weekday, minute, day)
 
 
-def policy_clock(policy: Policy, at: datetime) -> tuple[int, int]:
-    """``(weekday, minute of the day)`` of ``at`` on the policy's wall clock (a tick reads it once)."""
+def policy_clock(policy: Policy, at: datetime) -> tuple[int, int, date]:
+    """``(weekday, minute of the day, date)`` of ``at`` on the policy's wall clock (a tick reads it once)."""
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError("quota_at needs an aware datetime (got a naive one)")
     local = at.astimezone(zone(policy.timezone))
-    return local.weekday(), local.hour * 60 + local.minute
+    return local.weekday(), local.hour * 60 + local.minute, local.date()
 
 
 def quota_to_json(policy: Policy, quota: Quota) -> dict[str, object]:
@@ -402,7 +416,7 @@ def week_grid(policy: Policy, team: str, week_start: date) -> list[list[dict[str
         weekday = day.weekday()
         row: list[dict[str, object]] = []
         for hour in range(24):
-            quota, schedule = quota_for_team(tp, weekday, hour * 60)
+            quota, schedule = quota_for_team(tp, weekday, hour * 60, day)
             cap = quota.max.get(DEVICES)
             row.append(
                 {

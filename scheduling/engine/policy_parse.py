@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -92,7 +93,8 @@ _DIRECTORY_ROLE_FIELDS = ("finance", "admins")
 _DN_PATTERN = re.compile(r"^\s*[A-Za-z][\w.-]*\s*=(?:[^,\\]|\\.)+(?:,\s*[A-Za-z][\w.-]*\s*=(?:[^,\\]|\\.)+)*$")
 _DEFAULTS_FIELDS = ("shares", "quota", "schedules")
 _QUOTA_FIELDS = section_keys(QUOTA_FIELDS)
-_SCHEDULE_FIELDS = ("name", "days", "between", "quota")
+_SCHEDULE_FIELDS = ("name", "days", "between", "quota", "dates")
+_DATES_FIELDS = ("from", "until")
 
 # Generous for any real policy; stops alias bombs ("billion laughs").
 _MAX_NODES = 200_000
@@ -1100,13 +1102,41 @@ class _Reader:
         override: dict[str, object] | None = {}
         if m.get("quota") is not None:
             override = self.quota_fields(m["quota"], f"{path}.quota", partial=True)
+        dates: tuple[date, date] | None = None
+        if m.get("dates") is not None:
+            dates = self.dates(m["dates"], f"{path}.dates")
+            ok = ok and dates is not None
         if not ok or name is None or window is None or override is None:
             return None
         resolved = None
         if base is not None:
             resolved = merge_quota(base, override)
             self.check_override(base, override, f"{path}.quota")
-        return Schedule(name, days, window[0], window[1], override, resolved)
+        return Schedule(name, days, window[0], window[1], override, resolved, dates)
+
+    def dates(self, value: object, path: str) -> tuple[date, date] | None:
+        """``{from: 2026-12-10, until: 2026-12-20}``: local dates, both included."""
+        m = _mapping(self.ctx, value, path, _DATES_FIELDS, required=_DATES_FIELDS)
+        if m is None or any(key not in m for key in _DATES_FIELDS):
+            return None
+        found: list[date] = []
+        for key in _DATES_FIELDS:
+            raw = m[key]
+            if isinstance(raw, datetime):
+                raw = raw.date()
+            if isinstance(raw, date):
+                found.append(raw)
+                continue
+            try:
+                found.append(date.fromisoformat(str(raw)))
+            except ValueError:
+                self.ctx.error(f"{path}.{key}", f"must be a date like 2026-12-10, got {_show(raw)}")
+        if len(found) != 2:
+            return None
+        if found[1] < found[0]:
+            self.ctx.error(f"{path}.until", f"{found[1]} is before from ({found[0]})")
+            return None
+        return found[0], found[1]
 
     def check_override(self, base: Quota, override: Mapping[str, object], path: str) -> None:
         """The schedule must not guarantee more than it allows.
@@ -1171,7 +1201,13 @@ class _Reader:
 
 
 def _overlap_warnings(ctx: _Context, schedules: Sequence[Schedule], paths: Sequence[str]) -> None:
-    """Warn about windows sharing a weekday-minute: only the first of them applies there."""
+    """Warn about windows sharing a weekday-minute: only the first of them applies there.
+
+    Dated schedules are left out: standing in for the weekly ones on their dates is what they are for.
+    """
+    weekly = [(s, p) for s, p in zip(schedules, paths, strict=True) if s.dates is None]
+    schedules = [s for s, _ in weekly]
+    paths = [p for _, p in weekly]
     masks = [week_mask(s.days, s.start_min, s.end_min) for s in schedules]
     covered = 0
     for j, (schedule, mask) in enumerate(zip(schedules, masks, strict=True)):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
 from quotas.directory.groups import Groups, mapped_groups, roles_for
@@ -87,3 +89,60 @@ def test_without_spec_directory_finance_and_admin_are_not_the_directorys_to_deci
     policy = parse_policy(POLICY.replace(line, ""))
     roles = roles_for(policy, Groups.of(["finance-staff", "hpc-admins", "vision"]))
     assert roles.finance is None and roles.admin is None and roles.teams == {"vision": "member"}
+
+
+DATED = """\
+apiVersion: npuportal/v1
+kind: SchedulingPolicy
+metadata: {name: dated}
+spec:
+  timezone: Asia/Shanghai
+  teams:
+    - name: vision
+      quota: {max: {devices: 32}}
+      schedules:
+        - name: request-7
+          between: "00:00-24:00"
+          dates: {from: 2026-12-10, until: 2026-12-20}
+          quota: {max: {devices: 48}}
+        - name: nights
+          between: "20:00-08:00"
+          quota: {max: {devices: 40}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("utc", "cap", "schedule"),
+    [
+        ("2026-12-09T15:59:00", 40, "nights"),  # 23:59 on 9 December in Shanghai: before the dates
+        ("2026-12-09T16:00:00", 48, "request-7"),  # 00:00 on the 10th, local
+        ("2026-12-15T04:00:00", 48, "request-7"),  # midday within the dates
+        ("2026-12-20T15:59:00", 48, "request-7"),  # 23:59 on the 20th: the last date is included
+        ("2026-12-20T16:00:00", 40, "nights"),  # 00:00 on the 21st: over
+        ("2026-12-21T04:00:00", 32, None),  # midday after: the base quota
+    ],
+)
+def test_a_dated_schedule_is_in_force_on_its_local_dates_only(utc: str, cap: float, schedule: str | None) -> None:
+    from datetime import datetime
+
+    from scheduling.engine.policy import quota_at
+
+    quota, in_force = quota_at(parse_policy(DATED), "vision", datetime.fromisoformat(utc).replace(tzinfo=UTC))
+    assert (quota.max["devices"], in_force) == (cap, schedule)
+
+
+def test_dated_schedules_round_trip_are_checked_and_show_in_the_diff() -> None:
+    policy = parse_policy(DATED)
+    assert parse_policy(dump_policy(policy)) == policy
+    later = parse_policy(DATED.replace("until: 2026-12-20", "until: 2026-12-24"))
+    assert semantic_diff(policy, later) == [
+        "team vision: schedule request-7: dates 2026-12-10 to 2026-12-20 → 2026-12-10 to 2026-12-24"
+    ]
+    assert [(i.path, i.message) for i in validate_policy(DATED.replace("until: 2026-12-20", "until: 2026-12-01"))] == [
+        ("spec.teams[0].schedules[0].dates.until", "2026-12-01 is before from (2026-12-10)")
+    ]
+    assert [i.path for i in validate_policy(DATED.replace("until: 2026-12-20", "until: soon"))] == [
+        "spec.teams[0].schedules[0].dates.until"
+    ]
+    # A dated schedule overlapping a weekly one is what it is for: no overlap warning.
+    assert validate_policy(DATED) == []
