@@ -280,6 +280,14 @@ STORAGES = {
 # never a page: brotli on them was 15 of the 32 CPU-seconds a first collectstatic took.
 WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (*Compressor.SKIP_COMPRESS_EXTENSIONS, "map")
 
+# --- Mail (quota request decisions to their lead); none unless NPUPORTAL_EMAIL_HOST is set ----------
+EMAIL_HOST = os.environ.get("NPUPORTAL_EMAIL_HOST", "")
+EMAIL_PORT = _env_number("NPUPORTAL_EMAIL_PORT", 25, whole=True, minimum=1)
+EMAIL_USE_TLS = _env_bool("NPUPORTAL_EMAIL_STARTTLS", False)
+EMAIL_HOST_USER = os.environ.get("NPUPORTAL_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("NPUPORTAL_EMAIL_PASSWORD", "")
+DEFAULT_FROM_EMAIL = os.environ.get("NPUPORTAL_EMAIL_FROM", "npuportal@localhost")
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"

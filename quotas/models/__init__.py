@@ -7,6 +7,7 @@ which domain each belongs to, so no migration moves a table.
 - :mod:`.policies`: policy versions
 - :mod:`.access`: API tokens, the audit log
 - :mod:`.accounting`: usage records, rate cards, budgets, statements
+- :mod:`.requests`: quota change requests
 """
 
 from quotas.models.access import ApiToken, AuditEvent
@@ -24,6 +25,7 @@ from quotas.models.accounting import (
     UsageRecord,
 )
 from quotas.models.policies import Policy
+from quotas.models.requests import QuotaRequest
 from quotas.models.tenancy import POSIX_NAME_PATTERN, Department, Membership, Team, UserProfile, posix_account
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Department",
     "Membership",
     "Policy",
+    "QuotaRequest",
     "Rate",
     "RateCard",
     "Statement",

@@ -43,6 +43,11 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    #: The lead's limits on this member, inside the team's quota (``None``: only the team's apply):
+    #: cards (card equivalents) their running jobs hold at once, and jobs they run at once. The
+    #: engine enforces them (:mod:`scheduling.engine.member_limits`, reason ``MemberLimit``).
+    max_devices = models.FloatField("cards at once", null=True, blank=True)
+    max_jobs = models.PositiveIntegerField("jobs at once", null=True, blank=True)
 
     class Meta:
         ordering = ["team__name", "user__username"]

@@ -11,7 +11,9 @@ decisions.
    (``Decisions.cancelled``, ``DependencyNeverSatisfied``) when they never can
    be; then a copy of a job array beyond its ``%N`` limit, counting its
    running copies and the ones let through before it (lowest index first),
-   waits with ``JobArrayTaskLimit`` (:mod:`array_throttle`). Held jobs take no
+   waits with ``JobArrayTaskLimit`` (:mod:`array_throttle`); then a member's job beyond
+   the limits their team lead set (cards or jobs at once) waits with ``MemberLimit``
+   (:mod:`member_limits`). Held jobs take no
    part in the steps below: no place in the order, no hold, no estimate, no
    block on the jobs behind them.
 1. **Evict** (:func:`evict`) running jobs whose preemption grace deadline has passed
@@ -92,7 +94,7 @@ from dataclasses import replace
 from datetime import date
 from functools import partial
 
-from scheduling.engine import array_throttle, dependency, priority, reasons, run_time
+from scheduling.engine import array_throttle, dependency, member_limits, priority, reasons, run_time
 from scheduling.engine.backfill import Hold, Release, shadow
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.durations import format_duration
@@ -213,6 +215,9 @@ def eligible(snapshot: Snapshot) -> tuple[Snapshot, dict[int, Wait], dict[int, s
     if snapshot.array_limits:
         left = (job for job in snapshot.pending if job.id not in held and job.id not in cancelled)
         held.update(array_throttle.hold(left, snapshot.running, snapshot.array_limits))
+    if snapshot.member_limits:
+        left = (job for job in snapshot.pending if job.id not in held and job.id not in cancelled)
+        held.update(member_limits.hold(left, snapshot.running, snapshot.member_limits))
     if not held and not cancelled:
         return snapshot, held, cancelled
     pending = [job for job in snapshot.pending if job.id not in held and job.id not in cancelled]

@@ -13,6 +13,7 @@ from typing import Final
 # -- waiting reasons, roughly in the order the pipeline can produce them ------
 DEPENDENCY: Final = "Dependency"
 JOB_ARRAY_TASK_LIMIT: Final = "JobArrayTaskLimit"
+MEMBER_LIMIT: Final = "MemberLimit"
 QUOTA_CLASS_NOT_ALLOWED: Final = "QuotaClassNotAllowed"
 QUOTA_MAX_DURATION: Final = "QuotaMaxDuration"
 MONTHLY_BUDGET_EXHAUSTED: Final = "MonthlyBudgetExhausted"
@@ -40,6 +41,7 @@ CLASS_PREEMPTION: Final = "ClassPreemption"
 TEXT: Final[dict[str, str]] = {
     DEPENDENCY: "It waits for the jobs it depends on to end as it asked (afterok, afterany, afternotok).",
     JOB_ARRAY_TASK_LIMIT: "Its array already runs as many copies at once as the array's limit (%N) allows.",
+    MEMBER_LIMIT: "Your team lead limits how many cards or jobs you run at once, and yours already use it.",
     DEPENDENCY_NEVER_SATISFIED: "A job it depended on ended in a way its dependency can never accept, so it was "
     "cancelled.",
     QUOTA_CLASS_NOT_ALLOWED: "Your team's quota does not allow this priority class.",
@@ -63,6 +65,7 @@ TEXT: Final[dict[str, str]] = {
 #: place in the queue and never blocks the jobs behind it.
 QUOTA_REASONS: Final = frozenset(
     {
+        MEMBER_LIMIT,
         QUOTA_CLASS_NOT_ALLOWED,
         QUOTA_MAX_DURATION,
         MONTHLY_BUDGET_EXHAUSTED,

@@ -266,6 +266,9 @@ class Snapshot:
     #: The copies, pending and running, of job arrays that may run only so many at once, by job
     #: id: ``(array id, at most this many running)`` (:mod:`array_throttle`). ``None``: none.
     array_limits: Mapping[int, tuple[str, int]] | None = None
+    #: A team lead's limits on a member, by ``(team, user)``: ``(whole cards at once, jobs at once)``,
+    #: each ``None`` when unset (:mod:`member_limits`). ``None`` or empty: no member has limits.
+    member_limits: Mapping[tuple[str, str], tuple[float | None, int | None]] | None = None
 
 
 # The decisions below are values. ``Start`` and ``Preemption`` are not frozen (a

@@ -19,7 +19,7 @@ from django.db import connection
 from django.db.models import F, FloatField, Func, Q, QuerySet
 
 from devices.models import Device, Node, VnpuTemplate
-from quotas.models import Team
+from quotas.models import Membership, Team
 from scheduling.engine.policy import Policy
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Promise, Slot, Snapshot
 from scheduling.engine.snapshot import VnpuTemplate as EngineTemplate
@@ -254,8 +254,17 @@ def load_snapshot(now: datetime, policy: Policy) -> tuple[Snapshot, LoadedState]
         # Where the waiting jobs' dependencies stand (two queries, only when some job has any).
         dependencies=standings(depending) if depending else None,
         array_limits=array_limits or None,
+        member_limits=member_limits() or None,
     )
     return snapshot, state
+
+
+def member_limits() -> dict[tuple[str, str], tuple[float | None, int | None]]:
+    """The limits team leads set on members, by (team, username): one query, of the few rows that have any."""
+    rows = Membership.objects.filter(Q(max_devices__isnull=False) | Q(max_jobs__isnull=False)).values_list(
+        "team__name", "user__username", "max_devices", "max_jobs"
+    )
+    return {(team, user): (cards, jobs) for team, user, cards, jobs in rows}
 
 
 def _usage(now: datetime, policy: Policy) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
