@@ -9,7 +9,9 @@ from npuportal.metrics import metrics
 from quotas.access import signin
 from quotas.access import views as access_console
 from quotas.directory import oidc
+from quotas.policies import request_views as quota_requests
 from quotas.policies import views as policy_console
+from quotas.tenancy import views as team_console
 from scheduling import views as console
 
 urlpatterns = [
@@ -30,6 +32,10 @@ urlpatterns = [
     path("live/cluster/", console.cluster_live, name="live-cluster"),
     path("live/nodes/<str:name>/", console.node_detail_live, name="live-node-detail"),
     path("quota/", policy_console.team_quota, name="console-team-quota"),
+    path("quota/requests/", quota_requests.request_list, name="console-quota-requests"),
+    path("quota/requests/<int:pk>/", quota_requests.request_detail, name="console-quota-request"),
+    path("team/", team_console.my_team, name="console-my-team"),
+    path("team/<slug:name>/", team_console.team_members, name="console-team-members"),
     path("tokens/", access_console.api_tokens, name="console-api-tokens"),
     path("teams/", policy_console.team_list, name="console-teams"),
     path("teams/<slug:name>/", policy_console.team_edit, name="console-team-edit"),

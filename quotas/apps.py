@@ -11,3 +11,12 @@ class QuotasConfig(AppConfig):
         from quotas.access.signin import record_lockout
 
         user_locked_out.connect(record_lockout, dispatch_uid="quotas.access.signin.record_lockout")
+
+        from django.contrib.auth.signals import user_logged_in
+
+        def join_invited_teams(sender: object, request: object, user: object, **_: object) -> None:
+            from quotas.tenancy.members import accept_invitations
+
+            accept_invitations(user)
+
+        user_logged_in.connect(join_invited_teams, dispatch_uid="quotas.tenancy.members.accept_invitations", weak=False)

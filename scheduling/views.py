@@ -23,6 +23,7 @@ from devices.services.health import Thresholds
 from devices.services.overview import cluster_overview, node_cards
 from npuportal.confirmation import confirmation_page, confirmed
 from quotas.models import AuditEvent, Membership, Team, posix_account
+from quotas.policies.requests import dashboard_notices
 from quotas.policies.versions import active_policy
 from quotas.tenancy.roles import admin_required, job_user_required, roles_of
 from quotas.tenancy.visibility import visible_team_ids, visible_teams
@@ -60,7 +61,11 @@ def _visible_teams(user: object) -> set[int] | None:
 def dashboard(request: HttpRequest) -> HttpResponse:
     if roles_of(request.user).finance_only:  # no team, no jobs: finance starts on the reports
         return redirect("reports")
-    context = {"rows": console.dashboard_queue(request.user), "cards": team_cards(request.user)}
+    context = {
+        "rows": console.dashboard_queue(request.user),
+        "cards": team_cards(request.user),
+        "notices": dashboard_notices(request.user),
+    }
     return render(request, "dashboard.html", context)
 
 

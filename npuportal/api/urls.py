@@ -17,7 +17,7 @@ from devices.api.views import DeviceViewSet, NodeViewSet
 from npuportal.api.clock import ClockView
 from npuportal.api.me import MeView
 from npuportal.api.parsers import FormatSuffixes
-from quotas.api.views import ApiTokenViewSet, PolicyViewSet, TeamViewSet
+from quotas.api.views import ApiTokenViewSet, PolicyViewSet, QuotaRequestViewSet, TeamViewSet
 from scheduling.api.urls import router as scheduling_router
 
 
@@ -41,6 +41,7 @@ router.register("nodes", NodeViewSet, basename="node")
 router.register("devices", DeviceViewSet, basename="device")
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 
 # Unknown paths under the API answer 404 in the API's error shape: ``npuportal.api.error_handling.page_not_found``.
 urlpatterns = [

@@ -13,7 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from npuportal.api import fields
-from quotas.models import ApiToken, Membership, Policy, Team
+from quotas.models import ApiToken, Membership, Policy, QuotaRequest, Team
 from quotas.policies.team_policy import MAX_COMMENT_CHARS, MAX_DEVICE_UNITS, MAX_SHARES, read_amount
 
 #: The longest policy text the API accepts (the console uses the same bound).
@@ -298,3 +298,52 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "key"]
         read_only_fields = fields
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True, default=None)
+    policy_version = serializers.IntegerField(source="policy.version", read_only=True, allow_null=True, default=None)
+    summary = serializers.CharField(read_only=True)
+    schedule = serializers.CharField(source="schedule_name", read_only=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "team",
+            "field",
+            "resource",
+            "change",
+            "first_day",
+            "last_day",
+            "justification",
+            "summary",
+            "state",
+            "requested_by",
+            "created",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+            "policy_version",
+            "schedule",
+        ]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(fields.InputSerializer):
+    """Checked by the service (every field at once, named); typed here only for the schema."""
+
+    team = serializers.CharField(help_text="the team (you must lead it)")
+    field = serializers.CharField(help_text="guaranteed or max")
+    resource = serializers.CharField(help_text="devices, or devices/<chip model> such as devices/910B4")
+    change = serializers.CharField(help_text="cards more (16, +16) or fewer (-8) than the team's base quota")
+    first_day = serializers.CharField(help_text="first day, e.g. 2026-12-10 (the policy's clock)")
+    last_day = serializers.CharField(help_text="last day, included")
+    justification = serializers.CharField(help_text="why; the admin decides on it and the policy history keeps it")
+
+
+class QuotaRequestDecisionSerializer(fields.InputSerializer):
+    note = serializers.CharField(required=False, allow_blank=True, help_text="approve: a note to the lead")
+    reason = serializers.CharField(required=False, allow_blank=True, help_text="refuse: why (required)")

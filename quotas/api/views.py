@@ -38,6 +38,9 @@ from quotas.api.serializers import (
     PolicySerializer,
     PolicyTextSerializer,
     PolicyValidationSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestDecisionSerializer,
+    QuotaRequestSerializer,
     TeamDetailSerializer,
     TeamPolicyChangedSerializer,
     TeamPolicyChangeSerializer,
@@ -45,7 +48,9 @@ from quotas.api.serializers import (
     TeamUsageSerializer,
     json_safe,
 )
-from quotas.models import ApiToken, Membership, Policy, Team
+from quotas.models import ApiToken, Membership, Policy, QuotaRequest, Team
+from quotas.policies import requests as quota_requests
+from quotas.policies.requests import RequestError, file_request, visible_requests
 from quotas.policies.team_policy import NON_FIELD, TeamChangeError, change_team, team_overview
 from quotas.policies.versions import ActivePolicy, activate_version, active_policy, cluster_facts, create_version
 from scheduling.engine.policy import (
@@ -447,3 +452,81 @@ class ApiTokenViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.DestroyModel
 
     def perform_destroy(self, instance: ApiToken) -> None:
         revoke_token(instance)
+
+
+def _request_errors(exc: RequestError) -> dict[str, list[str]]:
+    return {field: [why] for field, why in exc.errors.items()}
+
+
+class QuotaRequestViewSet(FormatSuffixes, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Quota change requests: leads file them for their teams, admins approve or refuse them."""
+
+    serializer_class = QuotaRequestSerializer
+    lookup_value_regex = r"\d{1,18}"
+
+    def get_queryset(self) -> QuerySet[QuotaRequest]:
+        if getattr(self, "swagger_fake_view", False):
+            return QuotaRequest.objects.none()
+        return visible_requests(self.request.user).order_by("-created", "-id")
+
+    @extend_schema(
+        summary="Ask for a change of a team's guaranteed or maximum cards for a period (team leads)",
+        request=QuotaRequestCreateSerializer,
+        responses={201: QuotaRequestSerializer, **error_responses(400, 401, 403)},
+    )
+    def create(self, request: Request) -> Response:
+        incoming = QuotaRequestCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        try:
+            filed = file_request(
+                request.user,
+                data["team"],
+                field=data["field"],
+                resource=data["resource"],
+                change=data["change"],
+                first_day=data["first_day"],
+                last_day=data["last_day"],
+                justification=data["justification"],
+            )
+        except RequestError as exc:
+            if "team" in exc.errors and "only the leads" in exc.errors["team"]:
+                raise PermissionDenied(exc.errors["team"]) from exc
+            raise ValidationError(_request_errors(exc)) from exc
+        return Response(QuotaRequestSerializer(filed).data, status=status.HTTP_201_CREATED)
+
+    def _decide(self, request: Request, pk: str | None, verdict: str) -> Response:
+        if not request.user.is_staff:
+            raise PermissionDenied("only admins decide on quota requests")
+        found = self.get_object()
+        incoming = QuotaRequestDecisionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        try:
+            if verdict == "approve":
+                decided = quota_requests.approve(found.pk, request.user, note=data.get("note", ""))
+            else:
+                decided = quota_requests.refuse(found.pk, request.user, reason=data.get("reason", ""))
+        except RequestError as exc:
+            if "request" in exc.errors:
+                raise Conflict(_request_errors(exc)) from exc
+            raise ValidationError(_request_errors(exc)) from exc
+        return Response(QuotaRequestSerializer(decided).data)
+
+    @extend_schema(
+        summary="Approve: a new active policy version with the change in force on the request's dates (admins)",
+        request=QuotaRequestDecisionSerializer,
+        responses={200: QuotaRequestSerializer, **error_responses(400, 401, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        return self._decide(request, pk, "approve")
+
+    @extend_schema(
+        summary="Refuse with a reason the lead reads (admins)",
+        request=QuotaRequestDecisionSerializer,
+        responses={200: QuotaRequestSerializer, **error_responses(400, 401, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def refuse(self, request: Request, pk: str | None = None) -> Response:
+        return self._decide(request, pk, "refuse")

@@ -57,6 +57,33 @@ class Membership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
+class TeamInvitation(models.Model):
+    """A lead's invitation of an e-mail address; whoever first signs in with it joins the team."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["team__name", "email"]
+
+    def __str__(self) -> str:
+        return f"{self.email} invited to {self.team} as {self.role}"
+
+    def accept(self, user: object) -> None:
+        from django.utils import timezone
+
+        self.accepted_at = timezone.now()
+        self.accepted_by = user  # type: ignore[assignment]
+        self.save(update_fields=["accepted_at", "accepted_by"])
+
+
 #: What ``posix_user`` may hold: a portable POSIX account name, as ``useradd`` takes it.
 POSIX_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$"
 

@@ -294,3 +294,23 @@ def visible_requests(user: AbstractUser) -> Any:
         return rows.none()
     teams = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team")
     return rows.filter(team__in=teams)
+
+
+def dashboard_notices(user: AbstractUser) -> list[dict[str, Any]]:
+    """What the dashboard tells about quota requests: a lead's decided ones not yet seen, an admin's pending."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    if user.is_staff:
+        waiting = QuotaRequest.objects.filter(state=QuotaRequest.State.PENDING).count()
+        return [{"text": f"{waiting} quota request(s) wait for your decision.", "pk": None}] if waiting else []
+    out = []
+    for r in visible_requests(user).filter(
+        state__in=[QuotaRequest.State.APPROVED, QuotaRequest.State.REFUSED], seen_by_lead=False
+    )[:10]:
+        text = f"Quota request #{r.pk} for {r.team.name} ({r.summary}) was {r.get_state_display().lower()}"
+        if r.state == QuotaRequest.State.APPROVED and r.policy is not None:
+            text += f": policy v{r.policy.version}, in force from {r.first_day} to {r.last_day}."
+        else:
+            text += f": {r.decision_note}"
+        out.append({"text": text, "pk": r.pk})
+    return out
