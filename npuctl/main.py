@@ -690,6 +690,11 @@ def _gap(job: int, chunk: dict[str, Any], asked: int) -> str:
 
 
 def cmd_quota(api: Client, args: argparse.Namespace) -> int:
+    action = getattr(args, "quota_cmd", None)
+    if action == "request":
+        return _quota_request(api, args)
+    if action == "requests":
+        return _quota_requests(api, args)
     (name,) = _my_team(api, args.team)
     team = api.get(f"teams/{name}/")
     if args.json:
@@ -723,6 +728,56 @@ def cmd_quota(api: Client, args: argparse.Namespace) -> int:
     classes = quota.get("allowedPriorityClasses")
     extra.append("classes " + (", ".join(classes) if classes else "all"))
     _out("; ".join(extra))
+    return OK
+
+
+def _quota_request(api: Client, args: argparse.Namespace) -> int:
+    field = "max" if args.max else "guaranteed"
+    spec = args.max or args.guaranteed
+    chip, sep, change = spec.partition("=")
+    if not sep or not chip.strip() or not change.strip():
+        raise _UsageError(f"--{field}: CHIP=CHANGE, e.g. 910B4=+16 or devices=-8; got {spec!r}")
+    chip = chip.strip()
+    resource = chip if chip == "devices" or chip.startswith("devices/") else f"devices/{chip}"
+    team = _my_team(api, args.request_team or args.team, leads_only=True)[0]
+    body = {
+        "team": team,
+        "field": field,
+        "resource": resource,
+        "change": change.strip(),
+        "first_day": args.first_day,
+        "last_day": args.last_day,
+        "justification": args.reason,
+    }
+    filed = api.post("quota-requests/", body)
+    if getattr(args, "json", False):
+        _json(filed)
+        return OK
+    _out(f"quota request #{filed['id']} filed for {filed['team']}: {filed['summary']}; an admin decides on it")
+    return OK
+
+
+def _quota_requests(api: Client, args: argparse.Namespace) -> int:
+    rows = api.get_all("quota-requests/")
+    if getattr(args, "json", False):
+        _json(rows)
+        return OK
+    _out(
+        table(
+            ("ID", "TEAM", "CHANGE", "BY", "STATE", "POLICY"),
+            [
+                (
+                    str(r["id"]),
+                    r["team"],
+                    r["summary"],
+                    r["requested_by"],
+                    r["state"] + (f": {r['decision_note']}" if r["state"] == "refused" else ""),
+                    f"v{r['policy_version']}" if r.get("policy_version") else "-",
+                )
+                for r in rows
+            ],
+        )
+    )
     return OK
 
 
@@ -1077,8 +1132,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", type=_positive, metavar="K", help="an earlier run (1: the first start)")
     p.add_argument("--node", metavar="NAME", help="one node of a multi-node run (default: its first)")
 
-    p = command("quota", cmd_quota, "your team's quota in force now and what it uses")
+    p = command("quota", cmd_quota, "your team's quota in force now and what it uses; ask for a change")
     p.add_argument("--team")
+    qsub = p.add_subparsers(dest="quota_cmd", required=False, metavar="ACTION")
+    q = qsub.add_parser(
+        "request",
+        help="ask for more (or fewer) cards for a period (team leads)",
+        description="Ask for a change of your team's guaranteed or maximum cards for a period; an admin decides. "
+        'Example: npuctl quota request --max 910B4=+16 --from 2026-12-10 --until 2026-12-20 --reason "paper deadline"',
+    )
+    q.add_argument("--team", dest="request_team", help="default: the team you lead")
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--max", metavar="CHIP=CHANGE", help="maximum cards: 910B4=+16, devices=+8")
+    which.add_argument("--guaranteed", metavar="CHIP=CHANGE", help="guaranteed cards: 910B4=+4, devices=-2")
+    q.add_argument("--from", dest="first_day", required=True, metavar="YYYY-MM-DD", help="first day")
+    q.add_argument("--until", dest="last_day", required=True, metavar="YYYY-MM-DD", help="last day, included")
+    q.add_argument("--reason", required=True, help="why; the admin decides on it")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+    q = qsub.add_parser("requests", help="your teams' quota requests and what was decided")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
 
     command("nodes", cmd_nodes, "nodes and their devices, like sinfo")
 

@@ -335,13 +335,27 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 class QuotaRequestCreateSerializer(fields.InputSerializer):
     """Checked by the service (every field at once, named); typed here only for the schema."""
 
-    team = serializers.CharField(help_text="the team (you must lead it)")
-    field = serializers.CharField(help_text="guaranteed or max")
-    resource = serializers.CharField(help_text="devices, or devices/<chip model> such as devices/910B4")
-    change = serializers.CharField(help_text="cards more (16, +16) or fewer (-8) than the team's base quota")
-    first_day = serializers.CharField(help_text="first day, e.g. 2026-12-10 (the policy's clock)")
-    last_day = serializers.CharField(help_text="last day, included")
-    justification = serializers.CharField(help_text="why; the admin decides on it and the policy history keeps it")
+    team = serializers.CharField(required=False, allow_blank=True, default="", help_text="the team (you must lead it)")
+    field = serializers.CharField(required=False, allow_blank=True, default="", help_text="guaranteed or max")
+    resource = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="devices, or devices/<chip model> such as devices/910B4"
+    )
+    change = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="cards more (16, +16) or fewer (-8) than the team's base quota",
+    )
+    first_day = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="first day, e.g. 2026-12-10 (the policy's clock)"
+    )
+    last_day = serializers.CharField(required=False, allow_blank=True, default="", help_text="last day, included")
+    justification = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="why; the admin decides on it and the policy history keeps it",
+    )
 
 
 class QuotaRequestDecisionSerializer(fields.InputSerializer):
