@@ -19,4 +19,9 @@ class QuotasConfig(AppConfig):
 
             accept_invitations(user)
 
+        from django_auth_ldap.backend import ldap_error
+
+        from quotas.directory.ldap import note_directory_error
+
+        ldap_error.connect(note_directory_error, dispatch_uid="quotas.directory.ldap.note_directory_error")
         user_logged_in.connect(join_invited_teams, dispatch_uid="quotas.tenancy.members.accept_invitations", weak=False)

@@ -62,8 +62,10 @@ class ConsoleLoginView(LoginView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         from quotas.directory import oidc
+        from quotas.directory.ldap import DIRECTORY_ERROR_ATTR
 
         context = {**super().get_context_data(**kwargs), **login_context()}
+        context["directory_error"] = getattr(self.request, DIRECTORY_ERROR_ATTR, "")
         if oidc.enabled():
             context["sso_name"] = settings.NPUPORTAL_OIDC_NAME
             if self.request.GET.get("sso") == "failed":

@@ -95,6 +95,21 @@ class DirectoryLDAPBackend(LDAPBackend):  # type: ignore[misc]
         return user
 
 
+#: Set on the request when the directory could not be asked (down, TLS refused): the sign-in page says
+#: so instead of "wrong password".
+DIRECTORY_ERROR_ATTR = "npuportal_directory_error"
+
+
+def note_directory_error(sender: object, context: str, request: Any = None, exception: Any = None, **_: Any) -> None:
+    """django-auth-ldap's ``ldap_error``: remember on the request that the directory did not answer."""
+    if request is None or context != "authenticate":
+        return
+    detail = (
+        exception.args[0] if exception is not None and exception.args and isinstance(exception.args[0], dict) else {}
+    )
+    setattr(request, DIRECTORY_ERROR_ATTR, str(detail.get("desc") or type(exception).__name__))
+
+
 # -- directory sync --------------------------------------------------------------
 
 

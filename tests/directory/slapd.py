@@ -31,12 +31,18 @@ ADMIN_PASSWORD = "admin-secret"
 SERVICE_DN = f"cn=portal,{BASE}"
 SERVICE_PASSWORD = "portal-secret"
 
+_TLS = """\
+TLSCACertificateFile {dir}/cert.pem
+TLSCertificateFile {dir}/cert.pem
+TLSCertificateKeyFile {dir}/key.pem
+"""
+
 _CONFIG = """\
 include {schema}/core.schema
 include {schema}/cosine.schema
 include {schema}/inetorgperson.schema
 include {schema}/nis.schema
-pidfile {dir}/slapd.pid
+{tls}pidfile {dir}/slapd.pid
 argsfile {dir}/slapd.args
 modulepath /usr/lib/ldap
 moduleload back_mdb
@@ -54,10 +60,16 @@ access to * by dn.exact="{service}" read by self read by * none
 class Slapd:
     """One slapd: :meth:`start`, :meth:`add_user`/:meth:`add_group`/:meth:`set_members`, :meth:`stop`."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, tls: bool = False) -> None:
         self.workdir = workdir
         self.port = free_port()
         self.url = f"ldap://127.0.0.1:{self.port}"
+        #: With ``tls``: a self-signed certificate for 127.0.0.1 (``ca_file``), StartTLS on ``url``
+        #: and LDAPS on ``ldaps_url``.
+        self.tls = tls
+        self.ldaps_port = free_port() if tls else None
+        self.ldaps_url = f"ldaps://127.0.0.1:{self.ldaps_port}" if tls else ""
+        self.ca_file = workdir / "cert.pem"
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -65,9 +77,12 @@ class Slapd:
 
         assert SLAPD is not None
         (self.workdir / "db").mkdir(parents=True, exist_ok=True)
+        if self.tls:
+            self_signed(self.workdir / "key.pem", self.ca_file)
         conf = self.workdir / "slapd.conf"
         conf.write_text(
             _CONFIG.format(
+                tls=_TLS.format(dir=self.workdir) if self.tls else "",
                 schema=SCHEMA_DIR,
                 dir=self.workdir,
                 base=BASE,
@@ -78,7 +93,8 @@ class Slapd:
         )
         log = (self.workdir / "slapd.log").open("ab")
         # -d 0: stay in the foreground (so the test owns the process and stops it by pid), log nothing.
-        argv = [SLAPD, "-f", str(conf), "-h", f"{self.url}/", "-d", "0"]
+        listen = f"{self.url}/" + (f" {self.ldaps_url}/" if self.tls else "")
+        argv = [SLAPD, "-f", str(conf), "-h", listen, "-d", "0"]
         self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
         def answers() -> bool:
@@ -153,6 +169,13 @@ class Slapd:
             self._proc.kill()
             self._proc.wait()
         self._proc = None
+
+
+def self_signed(key: Path, cert: Path) -> None:
+    """A self-signed certificate for 127.0.0.1, valid two days (openssl)."""
+    argv = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"]
+    argv += ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)]
+    subprocess.run(argv, check=True, capture_output=True)
 
 
 def _attrs(**values: str | list[str]) -> list[tuple[str, list[bytes]]]:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from quotas.directory.config import ldap_settings
 from quotas.models import AuditEvent, Membership, Team, UserProfile
 from quotas.policies.versions import create_version
-from tests.directory.slapd import BASE, SERVICE_DN, SERVICE_PASSWORD, Slapd, requires_slapd
+from tests.directory.slapd import BASE, SERVICE_DN, SERVICE_PASSWORD, Slapd, requires_slapd, self_signed
 
 pytestmark = [requires_slapd, pytest.mark.django_db(transaction=True)]
 
@@ -217,3 +217,54 @@ def test_settings_name_the_variable_that_cannot_work() -> None:
     with pytest.raises(LdapConfigError, match="NPUPORTAL_LDAP_URL"):
         ldap_settings({"NPUPORTAL_LDAP_URL": "http://x"})
     assert ldap_settings({}) == {}
+
+
+@pytest.mark.parametrize("mode", ["starttls", "ldaps"])
+def test_sign_in_over_tls_checks_the_servers_certificate(tmp_path: Path, settings: Any, mode: str) -> None:
+    """StartTLS on ldap://, and ldaps://, against the CA the site names; a wrong CA signs nobody in."""
+    server = Slapd(tmp_path / "slapd-tls", tls=True)
+    server.start()
+    try:
+        server.add_user("ana", "ana-pw")
+        server.add_group("vision", ["ana"])
+        settings.AUTHENTICATION_BACKENDS = [
+            "axes.backends.AxesStandaloneBackend",
+            "quotas.directory.ldap.DirectoryLDAPBackend",
+            "django.contrib.auth.backends.ModelBackend",
+        ]
+        create_version(POLICY, author=None, comment="teams from the directory")
+
+        def configure(ca_file: Path) -> None:
+            env = {
+                "NPUPORTAL_LDAP_URL": server.ldaps_url if mode == "ldaps" else server.url,
+                "NPUPORTAL_LDAP_START_TLS": "1" if mode == "starttls" else "",
+                "NPUPORTAL_LDAP_CA_FILE": str(ca_file),
+                "NPUPORTAL_LDAP_BIND_DN": SERVICE_DN,
+                "NPUPORTAL_LDAP_BIND_PASSWORD": SERVICE_PASSWORD,
+                "NPUPORTAL_LDAP_USER_DN_TEMPLATE": f"uid=%(user)s,ou=people,{BASE}",
+                "NPUPORTAL_LDAP_GROUP_SEARCH_BASE": f"ou=groups,{BASE}",
+            }
+            for key, value in ldap_settings(env).items():
+                setattr(settings, key, value)
+
+        self_signed(tmp_path / "other-key.pem", tmp_path / "other-ca.pem")  # another authority's
+        configure(tmp_path / "other-ca.pem")
+        client, refused = sign_in("ana", "ana-pw")
+        assert refused.status_code == 200 and b"The directory could not check your password" in refused.content
+        assert "_auth_user_id" not in client.session
+        configure(server.ca_file)
+        _, response = sign_in("ana", "ana-pw")
+        assert response.status_code == 302, response.content[:300]
+        assert teams_of("ana") == {"vision": "member"}
+    finally:
+        server.stop()
+
+
+def test_a_directory_that_does_not_answer_is_said_so_and_the_local_admin_still_signs_in(directory: Slapd) -> None:
+    get_user_model().objects.create_user("root-admin", password="break-glass", is_staff=True, is_superuser=True)
+    directory.stop()
+    client, response = sign_in("ana", "ana-pw")
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+    assert b"The directory could not check your password (Can&#x27;t contact LDAP server)" in response.content
+    _, local = sign_in("root-admin", "break-glass")
+    assert local.status_code == 302
