@@ -23,6 +23,7 @@ from django.test import Client
 from quotas.directory.config import oidc_settings
 from quotas.models import Membership, Team, UserProfile
 from quotas.policies.versions import create_version
+from tests.browser import page  # noqa: F401 - a fixture
 from tests.conftest import free_port
 from tests.waiting import ceiling, wait_for
 
@@ -121,9 +122,9 @@ def teams_of(username: str) -> dict[str, str]:
 
 
 def test_the_login_page_offers_single_sign_on(provider: Provider) -> None:
-    page = Client().get("/login/")
-    assert b"Sign in with Example SSO" in page.content
-    assert b'href="/oidc/authenticate/"' in page.content
+    login_page = Client().get("/login/")
+    assert b"Sign in with Example SSO" in login_page.content
+    assert b'href="/oidc/authenticate/"' in login_page.content
 
 
 def test_sign_in_with_groups_from_the_claim(provider: Provider) -> None:
@@ -169,9 +170,9 @@ def test_a_subject_named_like_the_local_admin_does_not_become_it(provider: Provi
     client, response = sso_sign_in("admin")
     assert response.status_code == 302 and response["Location"].startswith("/login/?sso=failed")
     assert "_auth_user_id" not in client.session
-    page = client.get(response["Location"])
-    assert b"Single sign-on did not sign you in" in page.content
-    assert b"is a local admin account" in page.content
+    login_page = client.get(response["Location"])
+    assert b"Single sign-on did not sign you in" in login_page.content
+    assert b"is a local admin account" in login_page.content
     profile = UserProfile.objects.filter(user__username="admin").first()
     assert profile is None or profile.directory == ""
 
@@ -187,3 +188,23 @@ def test_teams_are_created_when_the_policy_names_them(provider: Provider) -> Non
     sso_sign_in("u-2")
     assert Team.objects.filter(name="vision").exists() and teams_of("eve") == {"vision": "member"}
     assert json.loads(json.dumps(UserProfile.objects.get(user__username="eve").directory_groups)) == ["vision"]
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_single_sign_on_in_a_browser(provider: Provider, page: Any) -> None:  # noqa: F811
+    """The button on the login page, the provider's page, and back on the dashboard with the team."""
+    from playwright.sync_api import expect
+
+    from tests.browser import snap
+
+    provider.set_claims("u-77", preferred_username="mira", email="mira@example.org", groups=["vision"])
+    page.goto("/login/")
+    page.get_by_role("link", name="Sign in with Example SSO").click()
+    page.get_by_placeholder("sub").fill("u-77")  # the provider's own sign-in page
+    page.get_by_role("button", name="Authorize").click()
+    page.wait_for_url("**/")
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+    expect(page.locator("body")).to_contain_text("mira")
+    expect(page.locator("#team-vision")).to_be_visible()
+    snap(page, "signed in with single sign-on")
