@@ -32,6 +32,7 @@ NO_PORTAL_MODELS = ("devices/agent/", "scheduling/engine/")
 OTHER_STATES = {
     "devices/services/operations.py": "Node.state (cordon, drain)",
     "devices/services/registration.py": "Node.state (a node registered again is ready)",
+    "quotas/policies/requests.py": "QuotaRequest.state (approved, refused)",
 }
 
 
