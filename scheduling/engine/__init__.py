@@ -38,6 +38,7 @@ COMPILED = (
     "estimate",
     "fairshare",
     "layout",
+    "member_limits",
     "placement",
     "policy",
     "policy_model",
