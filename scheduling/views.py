@@ -141,6 +141,7 @@ def _is_lead(user: object, team: Team) -> bool:
 
 def team_cards(user: object) -> list[dict[str, object]]:
     """Per team: quota now (guaranteed / max / used / borrowed per resource), today's windows, usage."""
+    from scheduling.engine.policy_model import in_dates
     from scheduling.engine.schedules import DAY_NAMES
     from scheduling.services.usage import devices_in_use, team_usage
 
@@ -162,7 +163,7 @@ def team_cards(user: object) -> list[dict[str, object]]:
             )
         today = []
         for sched in policy.team(team.name).schedules:
-            if sched.days is None or local.weekday() in sched.days:
+            if (sched.days is None or local.weekday() in sched.days) and in_dates(sched.dates, local.date()):
                 today.append(
                     f"{sched.name} {sched.start_min // 60:02d}:{sched.start_min % 60:02d}–"
                     f"{sched.end_min // 60:02d}:{sched.end_min % 60:02d}"

@@ -180,6 +180,8 @@ def test_a_lead_files_an_admin_approves_and_the_change_is_in_force_on_its_dates_
     assert len(mail.outbox) == 1 and "approved" in mail.outbox[0].subject and mail.outbox[0].to == ["leo@example.org"]
     dashboard = signed_in(people["lead"]).get("/")
     assert f"Quota request #{body['id']} for training".encode() in dashboard.content
+    # Its schedule is not among today's windows: its dates start in three days.
+    assert f"request-{body['id']} 00:00".encode() not in dashboard.content
     # Decided once: a second decision is a conflict and changes nothing.
     again = api(people["admin"]).post(f"/api/v1/quota-requests/{body['id']}/refuse/", {"reason": "x"}, format="json")
     assert again.status_code == 409 and Policy.objects.count() == versions_before + 1
