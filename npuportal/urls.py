@@ -36,6 +36,7 @@ urlpatterns = [
     path("quota/requests/<int:pk>/", quota_requests.request_detail, name="console-quota-request"),
     path("team/", team_console.my_team, name="console-my-team"),
     path("team/<slug:name>/", team_console.team_members, name="console-team-members"),
+    path("invite/<str:secret>/", team_console.invitation, name="team-invitation"),
     path("tokens/", access_console.api_tokens, name="console-api-tokens"),
     path("teams/", policy_console.team_list, name="console-teams"),
     path("teams/<slug:name>/", policy_console.team_edit, name="console-team-edit"),

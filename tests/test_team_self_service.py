@@ -6,6 +6,7 @@ Dates are built from today on the policy's clock, so the tests hold on any day.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, time, timedelta
 from typing import Any
 
@@ -110,6 +111,31 @@ def test_an_invitation_joins_the_team_at_first_sign_in(people: dict[str, Any]) -
     assert not Membership.objects.filter(user=kim).exists()
     Client().post("/login/", {"username": "kim", "password": "kim-pw"})
     assert Membership.objects.get(user=kim).team.name == "training"
+
+
+def test_an_invitation_link_makes_an_account_once(people: dict[str, Any], settings: Any) -> None:
+    settings.EMAIL_HOST = "mail.example.org"
+    page = signed_in(people["lead"]).post("/team/training/", {"action": "add", "who": "noa@example.org"}, follow=True)
+    text = page.content.decode()
+    assert "Their link, to pass on (valid 14 days): http://testserver/invite/" in text
+    found = re.search(r"http://testserver(/invite/[^/\s<]+/)", text)
+    assert found, text
+    link = found.group(1)
+    assert len(mail.outbox) == 1 and link in mail.outbox[0].body and mail.outbox[0].to == ["noa@example.org"]
+    invitee = Client()
+    form = invitee.get(link)
+    assert b"Join the team training" in form.content and b"Make your account" in form.content
+    weak = invitee.post(link, {"username": "noa", "password1": "1234", "password2": "1234"})
+    assert weak.status_code == 400 and b"No account was made" in weak.content
+    assert not get_user_model().objects.filter(username="noa").exists()
+    made = invitee.post(link, {"username": "noa", "password1": "violet-harbour-97", "password2": "violet-harbour-97"})
+    assert made.status_code == 302 and made["Location"] == "/team/training/"
+    noa = get_user_model().objects.get(username="noa")
+    assert noa.email == "noa@example.org" and Membership.objects.get(user=noa).team.name == "training"
+    assert "_auth_user_id" in invitee.session  # signed in
+    again = Client().get(link)
+    assert again.status_code == 410 and b"no longer open" in again.content
+    assert Client().get("/invite/not-a-secret/").status_code == 410
 
 
 def test_a_directory_team_says_so_and_refuses_membership_changes(people: dict[str, Any]) -> None:

@@ -63,6 +63,8 @@ class TeamInvitation(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
     email = models.EmailField()
     role = models.CharField(max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    #: SHA-256 of the secret in the invitation's link (``/invite/<secret>/``); the secret is not kept.
+    token_hash = models.CharField(max_length=64, blank=True, default="", db_index=True, editable=False)
     invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created = models.DateTimeField(auto_now_add=True)
     accepted_at = models.DateTimeField(null=True, blank=True)

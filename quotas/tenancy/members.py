@@ -9,18 +9,28 @@ made), then makes them a member: :func:`accept_invitations`, run at every sign-i
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
+import secrets
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import transaction
+from django.utils import timezone
 
 from quotas.directory.apply import is_directory_team
 from quotas.models import AuditEvent, Membership, Team
 from quotas.models.tenancy import TeamInvitation
+
+log = logging.getLogger(__name__)
 
 MAX_LIMIT_CARDS = 100_000
 MAX_LIMIT_JOBS = 100_000
@@ -52,8 +62,18 @@ def _audit(actor: Any, action: str, team: Team, detail: str) -> None:
     AuditEvent.objects.create(actor=actor, action=action, target=team.name, detail=detail[:2000])
 
 
-def add_member(actor: AbstractBaseUser, team: Team, who: str, role: str = Membership.Role.MEMBER) -> str:
-    """Add an existing account (by username) or invite an e-mail address; the outcome in words."""
+def add_member(
+    actor: AbstractBaseUser,
+    team: Team,
+    who: str,
+    role: str = Membership.Role.MEMBER,
+    *,
+    link_for: Callable[[str], str] | None = None,
+) -> str:
+    """Add an existing account (by username) or invite an e-mail address; the outcome in words.
+
+    ``link_for`` makes the invitation's absolute link from its secret (the view knows the host).
+    """
     _check(actor, team, membership=True)
     who = (who or "").strip()
     if role not in Membership.Role.values:
@@ -65,7 +85,7 @@ def add_member(actor: AbstractBaseUser, team: Team, who: str, role: str = Member
     if user is None and "@" in who:
         user = users.filter(email__iexact=who, is_active=True).first()
         if user is None:
-            return invite(actor, team, who, role)
+            return invite(actor, team, who, role, link_for=link_for)
     if user is None:
         raise MemberError({"who": f"no account {who!r}; give an e-mail address to invite someone new"})
     if not user.is_active:
@@ -78,19 +98,74 @@ def add_member(actor: AbstractBaseUser, team: Team, who: str, role: str = Member
     return f"{user.get_username()} is now a {role} of {team.name}."
 
 
-def invite(actor: AbstractBaseUser, team: Team, email: str, role: str) -> str:
+def invite(
+    actor: AbstractBaseUser, team: Team, email: str, role: str, *, link_for: Callable[[str], str] | None = None
+) -> str:
+    """Invite ``email``: they join at their first sign-in with that address, or through the link.
+
+    The link (``/invite/<secret>/``, valid :data:`INVITATION_DAYS` days) lets someone without an
+    account make one where the site has no directory; it is e-mailed where mail is configured, and
+    shown to the lead either way so they can pass it on.
+    """
     try:
         validate_email(email)
     except ValidationError as exc:
         raise MemberError({"who": f"{email!r} is not an e-mail address"}) from exc
+    secret = secrets.token_urlsafe(24)
     with transaction.atomic():
         _, created = TeamInvitation.objects.get_or_create(
-            team=team, email=email.lower(), accepted_at=None, defaults={"role": role, "invited_by": actor}
+            team=team,
+            email=email.lower(),
+            accepted_at=None,
+            defaults={"role": role, "invited_by": actor, "token_hash": token_hash(secret)},
         )
         if not created:
             raise MemberError({"who": f"{email} is already invited to {team.name}"})
         _audit(actor, "team.invite", team, f"invited {email} as {role}")
-    return f"{email} is invited: they join {team.name} as {role} when they first sign in with that address."
+    text = f"{email} is invited: they join {team.name} as {role} when they first sign in with that address."
+    if link_for is None:
+        return text
+    link = link_for(secret)
+    if getattr(settings, "EMAIL_HOST", ""):
+        body = (
+            f"{actor.get_username()} invites you to the team {team.name} on npuportal, as {role}.\n\n"
+            f"Open {link} within {INVITATION_DAYS} days to join."
+        )
+        try:
+            send_mail(f"npuportal: join the team {team.name}", body, None, [email])
+        except OSError as exc:  # mail down: the lead has the link on the page
+            log.warning("could not e-mail the invitation to %s: %s", email, exc)
+    return f"{text} Their link, to pass on (valid {INVITATION_DAYS} days): {link}"
+
+
+INVITATION_DAYS = 14
+
+
+def token_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def open_invitation(secret: str) -> TeamInvitation | None:
+    """The invitation this link's secret opens, if it is unused and not older than :data:`INVITATION_DAYS` days."""
+    if not secret or len(secret) > 100:
+        return None
+    since = timezone.now() - timedelta(days=INVITATION_DAYS)
+    return (
+        TeamInvitation.objects.select_related("team")
+        .filter(token_hash=token_hash(secret), accepted_at__isnull=True, created__gte=since)
+        .first()
+    )
+
+
+def join_by_invitation(invitation: TeamInvitation, user: Any) -> str:
+    """``user`` takes up ``invitation``: a member of its team in its role; audited."""
+    team = invitation.team
+    with transaction.atomic():
+        _, created = Membership.objects.get_or_create(user=user, team=team, defaults={"role": invitation.role})
+        invitation.accept(user)
+        if created:
+            _audit(None, "team.invite_accepted", team, f"{user.get_username()} joined as {invitation.role} (link)")
+    return f"You are a {invitation.role} of {team.name}." if created else f"You are already in {team.name}."
 
 
 def accept_invitations(user: Any) -> list[str]:

@@ -7,12 +7,17 @@ Members see the list; other teams' people never do (``visible_teams``).
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
+from quotas.directory import ldap, oidc
 from quotas.directory.apply import is_directory_team
-from quotas.models import Membership, UserProfile
+from quotas.models import AuditEvent, Membership, UserProfile
 from quotas.models.tenancy import TeamInvitation
 from quotas.policies.versions import active_policy
 from quotas.tenancy import members
@@ -46,7 +51,11 @@ def team_members(request: HttpRequest, name: str) -> HttpResponse:
                 raise members.MemberError({"team": f"only the leads of {team.name} (and admins) may change it"})
             if action == "add":
                 done = members.add_member(
-                    request.user, team, request.POST.get("who", ""), request.POST.get("role", "member")
+                    request.user,
+                    team,
+                    request.POST.get("who", ""),
+                    request.POST.get("role", "member"),
+                    link_for=lambda secret: request.build_absolute_uri(reverse("team-invitation", args=[secret])),
                 )
             elif action == "remove":
                 done = members.remove_member(request.user, team, request.POST.get("member"))
@@ -89,3 +98,40 @@ def team_members(request: HttpRequest, name: str) -> HttpResponse:
         "teams": visible_teams(request.user).order_by("name"),
     }
     return render(request, "quotas/team_members.html", context, status=400 if errors else 200)
+
+
+def invitation(request: HttpRequest, secret: str) -> HttpResponse:
+    """An invitation's link: join the team with the account you are signed in with, or make one.
+
+    Where the site signs people in with its directory, accounts come from there: the page asks to
+    sign in first. A used, expired or unknown link is a page that says so (410), not an error.
+    """
+    found = members.open_invitation(secret)
+    if found is None:
+        return render(request, "quotas/invitation.html", {"gone": True}, status=410)
+    directory_signin = ldap.enabled() or oidc.enabled()
+    form = UserCreationForm(request.POST or None) if not request.user.is_authenticated else None
+    if request.method == "POST":
+        if request.user.is_authenticated:
+            messages.success(request, members.join_by_invitation(found, request.user))
+            return redirect("console-team-members", name=found.team.name)
+        if directory_signin:
+            return redirect(f"{reverse('login')}?next={request.path}")
+        assert form is not None
+        if form.is_valid():
+            with transaction.atomic():
+                user = form.save(commit=False)
+                user.email = found.email
+                user.save()
+                AuditEvent.objects.create(
+                    actor=None,
+                    action="user.create",
+                    target=user.get_username(),
+                    detail=f"by the invitation of {found.email}",
+                )
+                done = members.join_by_invitation(found, user)
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            messages.success(request, done)
+            return redirect("console-team-members", name=found.team.name)
+    context = {"invitation": found, "form": form, "directory_signin": directory_signin}
+    return render(request, "quotas/invitation.html", context, status=400 if form is not None and form.errors else 200)
