@@ -83,6 +83,11 @@ def test_bad_limits_name_the_field_and_change_nothing(people: dict[str, Any]) ->
     assert b"max_devices: a number from 1 to" in page.content and b"max_jobs: a whole number" in page.content
     membership.refresh_from_db()
     assert (membership.max_devices, membership.max_jobs) == (None, None)
+    # Inside the team's quota: training may hold 24 cards (the demo policy), so 30 would never bite.
+    above = signed_in(people["lead"]).post(
+        "/team/training/", {"action": "limits", "member": membership.pk, "max_devices": "30"}
+    )
+    assert above.status_code == 400 and b"30 is above the team&#x27;s own maximum of 24 cards" in above.content
 
 
 def test_members_see_the_list_but_only_leads_change_it_and_other_teams_see_nothing(people: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from django.utils import timezone
 from quotas.directory.apply import is_directory_team
 from quotas.models import AuditEvent, Membership, Team
 from quotas.models.tenancy import TeamInvitation
+from quotas.policies.versions import active_policy
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,11 @@ def set_limits(actor: AbstractBaseUser, team: Team, membership_id: object, cards
     errors: dict[str, str] = {}
     max_cards = _read_limit(cards, "max_devices", whole=False, top=MAX_LIMIT_CARDS, errors=errors)
     max_jobs = _read_limit(jobs, "max_jobs", whole=True, top=MAX_LIMIT_JOBS, errors=errors)
+    team_cards, team_jobs = team_ceiling(team.name)
+    if max_cards is not None and team_cards is not None and max_cards > team_cards:
+        errors["max_devices"] = f"{max_cards:g} is above the team's own maximum of {team_cards:g} cards"
+    if max_jobs is not None and team_jobs is not None and max_jobs > team_jobs:
+        errors["max_jobs"] = f"{max_jobs:g} is above the team's own maximum of {team_jobs} jobs at once"
     if errors:
         raise MemberError(errors)
     with transaction.atomic():
@@ -246,6 +252,23 @@ def set_limits(actor: AbstractBaseUser, team: Team, membership_id: object, cards
         membership.save(update_fields=["max_devices", "max_jobs"])
         _audit(actor, "team.member_limits", team, f"{membership.user.get_username()}: {limits_text(membership)}")
     return f"{membership.user.get_username()}: {limits_text(membership)}."
+
+
+def team_ceiling(team_name: str) -> tuple[float | None, int | None]:
+    """The most cards and jobs at once the team may ever have (base quota or any schedule); ``None``: no cap.
+
+    A member's limits live inside these: a limit above them would never bite.
+    """
+    from scheduling.engine.feasibility import quota_variants
+    from scheduling.engine.policy import DEVICES
+
+    quotas = quota_variants(active_policy().policy.team(team_name))
+    caps = [q.max.get(DEVICES) for q in quotas]
+    jobs = [q.max_concurrent_jobs for q in quotas]
+    return (
+        None if any(c is None for c in caps) else max(c for c in caps if c is not None),
+        None if any(j is None for j in jobs) else max(j for j in jobs if j is not None),
+    )
 
 
 def limits_text(membership: Membership) -> str:
