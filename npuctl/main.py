@@ -922,8 +922,9 @@ def cmd_policy_apply(api: Client, args: argparse.Namespace) -> int:
         _out(f"dry run over {result['source']}: {result['jobs']} job(s)")
         rows = []
         for team, d in result["comparison"]["teams"].items():
-            rows.append((team, *(_arrow(d[k]) for k in ("device_hours", "wait_p50_s", "wait_p95_s", "preemptions"))))
-        _out(table(("TEAM", "DEVICE-HOURS", "WAIT P50 (S)", "WAIT P95 (S)", "PREEMPTIONS"), rows))
+            keys = ("device_hours", "wait_p50_s", "wait_p95_s", "not_started", "preemptions")
+            rows.append((team, *(_arrow(d[k]) if k in d else "-" for k in keys)))
+        _out(table(("TEAM", "DEVICE-HOURS", "WAIT P50 (S)", "WAIT P95 (S)", "NOT STARTED", "PREEMPTIONS"), rows))
         _out("dry run: nothing was stored")
         return OK
     if not (args.comment or "").strip():

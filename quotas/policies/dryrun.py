@@ -119,16 +119,18 @@ def format_comparison(result: dict[str, Any]) -> str:
     lines = [f"dry run over {result['source']}: {result['jobs']} job(s)", ""]
     lines.append(
         f"{'team':14} {'device-hours':>24} {'wait p50 (s)':>22} {'wait p95 (s)':>22} {'wait max (s)':>22} "
-        f"{'preemptions':>14}"
+        f"{'not started':>14} {'preemptions':>14}"
     )
     for team, d in result["comparison"]["teams"].items():
         cells = []
-        for key in ("device_hours", "wait_p50_s", "wait_p95_s", "wait_max_s", "preemptions"):
+        for key in ("device_hours", "wait_p50_s", "wait_p95_s", "wait_max_s", "not_started", "preemptions"):
             cell = d[key]
             delta = cell["delta"]
             sign = "+" if isinstance(delta, int | float) and delta > 0 else ""
             cells.append(f"{_fmt(cell['a'])} → {_fmt(cell['b'])} ({sign}{_fmt(delta)})")
-        lines.append(f"{team:14} {cells[0]:>24} {cells[1]:>22} {cells[2]:>22} {cells[3]:>22} {cells[4]:>14}")
+        lines.append(
+            f"{team:14} {cells[0]:>24} {cells[1]:>22} {cells[2]:>22} {cells[3]:>22} {cells[4]:>14} {cells[5]:>14}"
+        )
     overall = result["comparison"]["overall"]
     lines.append("")
     lines.append(

@@ -144,10 +144,18 @@ def with_input(metrics: dict[str, Any], info: Mapping[str, Any]) -> dict[str, An
     return metrics
 
 
-def compare(metrics_a: Mapping[str, Any], metrics_b: Mapping[str, Any]) -> dict[str, Any]:
-    """Per-team differences ``b - a`` (device-hours, wait p50/p95/max, preemptions) and overall ones.
+def _not_started(team: Mapping[str, Any]) -> int | None:
+    """A team's jobs that never started in the replay (``None`` when the metrics do not say)."""
+    jobs, started = team.get("jobs"), team.get("started")
+    return None if jobs is None or started is None else int(jobs) - int(started)
 
-    ``a`` is the reference (current policy, or FIFO), ``b`` the candidate.
+
+def compare(metrics_a: Mapping[str, Any], metrics_b: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-team differences ``b - a`` (device-hours, wait p50/p95/max, jobs not started, preemptions), overall ones.
+
+    ``a`` is the reference (current policy, or FIFO), ``b`` the candidate. The waits are those of the
+    jobs that started; ``not_started`` counts the rest, so a policy that keeps a team's jobs from ever
+    starting does not read as one that shortened their waits.
     """
     teams_a = metrics_a.get("teams", {})
     teams_b = metrics_b.get("teams", {})
@@ -159,6 +167,7 @@ def compare(metrics_a: Mapping[str, Any], metrics_b: Mapping[str, Any]) -> dict[
             "wait_p50_s": _diff(ta.get("wait_s", {}).get("p50"), tb.get("wait_s", {}).get("p50")),
             "wait_p95_s": _diff(ta.get("wait_s", {}).get("p95"), tb.get("wait_s", {}).get("p95")),
             "wait_max_s": _diff(ta.get("wait_s", {}).get("max"), tb.get("wait_s", {}).get("max")),
+            "not_started": _diff(_not_started(ta), _not_started(tb)),
             "preemptions": _diff(ta.get("preemptions"), tb.get("preemptions")),
             "usage_over_entitlement": _diff(ta.get("usage_over_entitlement"), tb.get("usage_over_entitlement")),
         }
