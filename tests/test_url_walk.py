@@ -20,6 +20,8 @@ from django.utils.regex_helper import normalize
 
 from devices.models import Device, Node
 from quotas.models import ApiToken, Policy, Team
+from quotas.models.tenancy import TeamInvitation
+from quotas.tenancy.members import token_hash
 from scheduling.models import Job
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -79,6 +81,8 @@ def site(demo, user_factory, isolated_api_state) -> dict[str, object]:
     member = user_factory("walker", team=team.name)
     admin = get_user_model().objects.create_superuser("walker-admin", password="pw", email="a@example.com")
     token = ApiToken.objects.create(user=member, name="walk", key_hash="0" * 64, prefix="npu_walk")
+    # An open invitation, so /invite/<secret>/ is walked as a page that answers, not only as a 410.
+    TeamInvitation.objects.create(team=team, email="walk@example.org", token_hash=token_hash("walk-secret"))
     objects = {
         "pk": str(job.pk),
         "name": team.name,
@@ -94,6 +98,7 @@ def site(demo, user_factory, isolated_api_state) -> dict[str, object]:
         "id": str(admin.pk),
         "app_label": "devices",
         "url": "nowhere/",
+        "secret": "walk-secret",
     }
     assert Team.objects.filter(name=team.name).exists()
     return {"objects": objects, "member": member, "admin": admin}
