@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from tests.conftest import free_port
-from tests.waiting import ceiling, wait_for
+from tests.waiting import stop_process, wait_for
 
 REDIS_SERVER = shutil.which("redis-server")
 requires_redis_server = pytest.mark.skipif(REDIS_SERVER is None, reason="needs the redis-server program")
@@ -48,12 +48,7 @@ class RedisServer:
     def stop(self) -> None:
         if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=ceiling(30))
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
 
     def client(self) -> redis.Redis:

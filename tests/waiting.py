@@ -20,6 +20,7 @@ not merely after a sleep.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -92,3 +93,15 @@ def wait_for(
             what = message or getattr(condition, "__name__", repr(condition))
             raise AssertionError(f"waited {limit:g} s for {what}; last value seen: {last!r}")
         time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server a test started, by its pid: SIGTERM, then SIGKILL if it is still there after the ceiling."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=ceiling(30))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port
-from tests.waiting import ceiling, wait_for
+from tests.waiting import stop_process, wait_for
 
 SLAPD = shutil.which("slapd") or ("/usr/sbin/slapd" if Path("/usr/sbin/slapd").exists() else None)
 SCHEMA_DIR = Path("/etc/ldap/schema")
@@ -162,12 +162,7 @@ class Slapd:
     def stop(self) -> None:
         if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=ceiling(30))
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
 
 

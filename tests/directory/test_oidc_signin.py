@@ -25,7 +25,7 @@ from quotas.models import Membership, Team, UserProfile
 from quotas.policies.versions import create_version
 from tests.browser import page  # noqa: F401 - a fixture
 from tests.conftest import free_port
-from tests.waiting import ceiling, wait_for
+from tests.waiting import stop_process, wait_for
 
 MOCK = shutil.which("oidc-provider-mock") or str(Path(sys.executable).with_name("oidc-provider-mock"))
 pytestmark = [
@@ -71,14 +71,8 @@ class Provider:
         assert response.status_code == 204, response.text
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=ceiling(30))
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+        stop_process(self._proc)
+        self._proc = None
 
 
 @pytest.fixture
