@@ -118,6 +118,8 @@ def _variant(snap: Snapshot, rng: random.Random) -> Snapshot:
         )
     if rng.random() < 0.3:
         changes["grace_period_s"] = rng.choice((0.0, 60.0, 3600.0))
+    if rng.random() < 0.3:  # the synthetic queue was submitted over three days: a share of it starving
+        changes["starvation_after_s"] = rng.choice((12.0, 36.0, 60.0)) * 3600.0
     if changes:
         snap.policy = dataclasses.replace(pol, **changes)
     now = snap.now.timestamp()
@@ -178,6 +180,21 @@ def test_synthetic_second_tick(seed: int) -> None:
     # The next tick over the cluster the first one filled (its starts running, its victims leaving).
     after = next_tick(snap, decide(copy.deepcopy(snap)), rng.choice((1.0, 30.0, 400.0)))
     assert_same(after, f"second tick, seed {seed}")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_synthetic_starving(seed: int) -> None:
+    """Starving jobs stacking holds (several per chip model), in the first tick and the next."""
+    rng = random.Random(3000 + seed)
+    snap = make_synthetic_snapshot(rng.choice((400, 1500, 3000)), rng.choice((30, 100, 300)), 8, 0.7, 8, seed)
+    if seed % 2:
+        snap = _variant(snap, rng)
+    snap.policy = dataclasses.replace(snap.policy, starvation_after_s=rng.choice((24.0, 48.0, 60.0)) * 3600.0)
+    if seed % 3 == 0:
+        snap.policy = dataclasses.replace(snap.policy, backfill=True)
+    assert_same(copy.deepcopy(snap), f"starving seed {seed}")
+    after = next_tick(snap, decide(copy.deepcopy(snap)), rng.choice((1.0, 30.0, 400.0)))
+    assert_same(after, f"starving second tick, seed {seed}")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
