@@ -88,6 +88,9 @@ def test_bench_reports_figures() -> None:
     assert nxt["pending"] == 200 - res["starts"] and nxt["running"] > res["running"] and nxt["median_ms"] > 0
     for split in (res["split"], nxt["split"]):  # the tick's three parts, each timed
         assert set(split) == {"state_ms", "order_ms", "decide_ms"} and min(split.values()) > 0
+    starving = res["starving"]  # guard on and off, timed in pairs (2 * ticks + 1 of them)
+    assert starving["pairs"] == 5 and starving["starving_jobs"] > 0
+    assert starving["on_min_ms"] <= starving["on_median_ms"] and starving["ratio"] > 0
 
 
 def test_next_tick_runs_what_the_tick_started() -> None:
