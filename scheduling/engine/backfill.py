@@ -23,6 +23,7 @@ would end (deadline + its estimate).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -101,10 +102,13 @@ def shadow(
     need: Need,
     chip_name: str,
     releases: Iterable[Release],
+    floor: float = -math.inf,
 ) -> tuple[float, list[int]] | None:
     """``(shadow time, device ids)`` of the first moment ``need`` fits, or ``None`` if never.
 
     ``releases`` must be in time order. Only the pools of ``chip_name`` are copied.
+    ``floor``: a time before which ``need`` is known not to fit (``tick_memo.ShadowMemo``);
+    releases before it are applied without trying to place the job.
     """
     chip = state.chips[chip_name]
     tmpl = need.templates.get(chip_name) if need.template else None
@@ -151,6 +155,8 @@ def shadow(
                     full.append(pool)
             if len(full) >= want:
                 return rel.at, [p.devs[i].id for p in full[:want] for i in range(p.size)]
+            continue
+        if rel.at < floor:
             continue
         found = _fits(chip, need, tmpl, free, used, touched, holders, card_jobs)
         if found is not None:

@@ -124,7 +124,7 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
-from scheduling.engine.tick_memo import MemoWait, TickMemo
+from scheduling.engine.tick_memo import MemoWait, ShadowMemo, TickMemo
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -137,12 +137,14 @@ class _Group:
         "base",
         "cls",
         "ledger",
+        "local",
         "memo",
         "n",
         "need",
         "promise",
         "size",
         "slow",
+        "starving_local",
         "starving_memo",
         "static",
         "team",
@@ -159,9 +161,13 @@ class _Group:
         self.slow = False
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
         self.memo: dict[int, MemoWait] = {}
+        #: Its stable waits by the chip models allowed and how many shadow times of the holds
+        #: on those models a job's end passes (see ``Tick.run``).
+        self.local: dict[tuple[tuple[str, ...], int], MemoWait] = {}
         #: The same for its starving jobs once every chip they may use has its fill of starving
         #: holds (their waits say so, so they are not shared with the others').
         self.starving_memo: dict[int, MemoWait] = {}
+        self.starving_local: dict[tuple[tuple[str, ...], int], MemoWait] = {}
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
@@ -266,6 +272,10 @@ class Tick:
         self._changed: list[Occupant] = self._count_running()
         #: The running jobs already leaving when the tick began (the preemptor starts from them).
         self._leaving = tuple(self._changed)
+        #: The same per chip model, those with cards (what a shadow replay of the model merges in).
+        self._changed_on: dict[str, list[Occupant]] = {}
+        for occ in self._changed:
+            self._change(occ, False)
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
@@ -276,6 +286,8 @@ class Tick:
         #: model has one hold (its first blocked job's), or several with the starvation guard.
         self.holds: dict[str, list[Hold]] = {}
         self._shadows: list[float] = []
+        #: The same, of the holds on each set of chip models a job may use (emptied on a hold).
+        self._chip_shadows: dict[tuple[str, ...], list[float]] = {}
         #: The starvation guard (:mod:`starvation`) and the ids of this tick's starving jobs.
         self.guard = Guard(policy)
         self.starving: set[int] = set()
@@ -302,10 +314,14 @@ class Tick:
         self._counted: dict[int, tuple[TeamLedger, str, float, float]] = {}
         #: The tick's shrink-only memory of the free state (:mod:`tick_memo`; lives as long as the tick).
         self.free_memo = TickMemo()
+        #: The starving jobs' shadow replays (:class:`tick_memo.ShadowMemo`; lives as long as the tick).
+        self.shadow_memo = ShadowMemo()
         #: The groups of :meth:`_groups`, each once.
         self._distinct: list[_Group] = []
         #: Running jobs per chip model by expected end (built on the first shadow time).
         self._base_releases: dict[str, list[Occupant]] = {}
+        #: Their releases, built as far as a replay with claims has read (kept for the next one).
+        self._base_rels: dict[str, _Releases] = {}
         if snapshot.promises:
             self._hold_promises()
 
@@ -344,6 +360,17 @@ class Tick:
             if spot is not None:
                 units = float(len(promise.devices))
                 self._count(jid, self.ledger(job.team), spot[0].chip, units, units * job.estimated_duration_s / 3600.0)
+
+    def _change(self, occ: Occupant, new: bool = True) -> None:
+        """``occ`` started or began to leave in this tick: its release moves."""
+        if new:
+            self._changed.append(occ)
+        if occ.cards:
+            on = self._changed_on.get(occ.chip)
+            if on is None:
+                self._changed_on[occ.chip] = [occ]
+            else:
+                on.append(occ)
 
     def _count_running(self) -> list[Occupant]:
         """Charge the running jobs to their teams' ledgers; returns the jobs already leaving."""
@@ -565,6 +592,7 @@ class Tick:
         reserved = bool(reservations.held)
         shadows = self._shadows
         starving = self.starving
+        chip_shadows = self._chip_shadows
         #: One wait per refusal of the admission memo (the waits are values: shared).
         refused: dict[tuple, Wait] = {}
         # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
@@ -628,6 +656,32 @@ class Tick:
                         hit.margin = margin
                         waiting[jid] = hit.wait
                         continue
+            local_key: tuple[tuple[str, ...], int] | None = None
+            local = group.local if memo is group.memo else group.starving_local
+            if holds and rank >= 0:
+                # A stable wait tried no held cards: it is the wait of every job of the group
+                # whose end passes the same shadow times of the holds on its chip models (the
+                # holds elsewhere it never looks at), whatever it passes elsewhere. Answered so,
+                # a job leaves the memo by rank as placing it would have.
+                theirs = chip_shadows.get(chips)
+                if theirs is None:
+                    theirs = chip_shadows[chips] = sorted([h.shadow for c in chips for h in holds.get(c, ())])
+                local_key = (chips, bisect_left(theirs, now + duration))
+                like = local.get(local_key)
+                if like is not None and like.epoch == self.free_memo.epoch and like.chips == chips:
+                    fits = not reserved or reservations.taken - like.taken < like.margin
+                    if not fits:
+                        margin = self._reservations_fit(group.cls, need, chips)
+                        if margin is not None:
+                            like.taken = reservations.taken
+                            like.margin = margin
+                            fits = True
+                    if fits:
+                        wait = waiting[jid] = like.wait
+                        entry = memo[rank] = MemoWait(chips, version, wait, like.epoch, reservations.taken, -1.0)
+                        for higher in range(rank + 1, len(shadows) + 1):
+                            memo[higher] = entry
+                        continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
             if outcome is not None:
@@ -648,6 +702,8 @@ class Tick:
                         # higher rank) ends before no more shadow times, so this is its wait too.
                         for higher in range(rank + 1, len(shadows) + 1):
                             memo[higher] = entry
+                        if local_key is not None:
+                            local[local_key] = entry
         promises = self.out.promises
         for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
             if jid not in promises:
@@ -710,6 +766,7 @@ class Tick:
         """
         state = self.state
         reservations = self.reservations
+        self.shadow_memo.earlier()  # its cards are lent to it; its claim may lapse
         before = dict(held.free_now)
         for pool, mask in held.free_now:
             state.release_whole(pool, mask)
@@ -751,6 +808,7 @@ class Tick:
             if took:  # fewer free cards, as after a start
                 self.free_memo.version += 1
                 reservations.on_taken(float(took))
+        self.shadow_memo.earlier()
         return outcome
 
     def _promised_cards(self, need: Need, promise: Promise) -> Placement | None:
@@ -804,6 +862,7 @@ class Tick:
     def _free_grew(self) -> None:
         """Cards came back to the free state mid-tick: drop what assumed it only shrinks."""
         self.free_memo.free_grew()
+        self.shadow_memo.earlier()
         self.reservations.forget()
         if self._preemptor is not None:
             self._preemptor.forget()
@@ -1040,6 +1099,7 @@ class Tick:
         else:  # a held card may become a sliced card with room left: visible to plain placement
             self.free_memo.find_fail.clear()
             self.free_memo.epoch += 1
+            self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
@@ -1068,11 +1128,12 @@ class Tick:
         end = self.now + duration if duration > 0 else math.inf
         occ = Occupant(job, chip, units, cards, units, end, None, self.now, job.preempt_deadline)
         state.add_occupant(occ, tmpl is not None)
-        self._changed.append(occ)
+        self._change(occ)
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(job.id, slots, backfilled))
         self.free_memo.version += 1
+        self.shadow_memo.changed(chip)
 
     def _start_whole(
         self, job: JobState, ledger: TeamLedger, units: float, pool: Pool, placement: Placement, backfilled: bool
@@ -1108,11 +1169,12 @@ class Tick:
                     cj[ids[i]] = mine
                 else:
                     cj[ids[i]] = [*on, jid]
-        self._changed.append(occ)
+        self._change(occ)
         if self._preemptor is not None:
             self._preemptor.version += 1
         self.out.starts.append(Start(jid, slots, backfilled))
         self.free_memo.version += 1
+        self.shadow_memo.changed(chip)
 
     def try_preempt(self, job: JobState, need: Need, chips: list[str], headroom: dict[str, float]) -> bool:
         plan: Plan | None = self.preemptor.plan(job, need, chips, headroom)
@@ -1121,10 +1183,11 @@ class Tick:
                 self._bounded_for = job.id
             return False
         self.preemptor.commit(plan)
+        self.shadow_memo.earlier()  # its victims' cards come free at their deadline
         deadline = self.now + self.policy.grace_period_s
         for occ, why in plan.victims:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
-            self._changed.append(occ)
+            self._change(occ)
         duration = run_time.expected(job) or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
         units = need.units[plan.chip]
@@ -1157,6 +1220,7 @@ class Tick:
                 masks[pool] = masks.get(pool, 0) | (1 << i)
         for pool, mask in masks.items():
             state.take_whole(pool, mask)
+            self.shadow_memo.changed(pool.chip)
         self.promised[promise.job_id] = _Promised(promise, list(masks.items()))
         taken = sum(mask.bit_count() for mask in masks.values())
         if taken:  # fewer free cards, as after a start (the caller bumps the version)
@@ -1213,7 +1277,7 @@ class Tick:
         self.free_memo.stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in room:
-            found = shadow(self.state, need, chip, self.releases(chip))
+            found = self._starving_shadow(need, chip)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], chip, found[1])
         if best is None or best[0] == math.inf:
@@ -1227,6 +1291,19 @@ class Tick:
         where = self.state.where
         nodes = sorted({where[dev][0].node for dev in devices if dev in where})
         return reasons.RESOURCES, held_detail(guard, job, nodes, at, self.policy), at
+
+    def _starving_shadow(self, need: Need, chip: str) -> tuple[float, list[int]] | None:
+        """:func:`backfill.shadow` of a starving job's whole cards on ``chip``, through :attr:`shadow_memo`."""
+        memo = self.shadow_memo
+        cards = need.whole
+        known, found = memo.answer(chip, cards)
+        if known:
+            return found
+        from_no_fit = (need, chip) in self.free_memo.find_fail
+        floor = memo.floor(chip, cards) if from_no_fit else -math.inf
+        found = shadow(self.state, need, chip, self.releases(chip), floor)
+        memo.keep(chip, cards, found, from_no_fit)
+        return found
 
     def hold(
         self, job: JobState, chip: str, at: float, devices: list[int], starving: bool = False, until: float = math.inf
@@ -1256,7 +1333,9 @@ class Tick:
             self._starving_holds.append(hold)
             self._starving_count[chip] = self._starving_count.get(chip, 0) + 1
         self._usable_cache.pop(chip, None)
+        self.shadow_memo.changed(chip)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
+        self._chip_shadows.clear()
         self.free_memo.epoch += 1
 
     def releases(self, chip: str) -> Iterable[Release]:
@@ -1267,11 +1346,17 @@ class Tick:
         Jobs started in this tick and newly leaving ones are merged in on each
         call; cards promised to jobs in their grace are split off (a handful).
         """
+        # Only this chip model's cards are replayed: the claims on them (a plan's or a promise's
+        # cards are all of one model, as are a hold's).
         claimed: dict[int, float] = {}
+        where = self.state.where
         for devices, free_at in self._claims.values():
-            for dev in devices:
-                claimed[dev] = free_at
-        for starved in self._starving_holds:  # busy until the held job would end (max: a promise too)
+            spot = where.get(devices[0]) if devices else None
+            if spot is not None and spot[0].chip == chip:
+                for dev in devices:
+                    claimed[dev] = free_at
+        starving = [h for h in self.holds.get(chip, ()) if h.starving]
+        for starved in starving:  # busy until the held job would end (max: a promise too)
             for dev in starved.devices:
                 if claimed.get(dev, -math.inf) < starved.until:
                     claimed[dev] = starved.until
@@ -1280,37 +1365,40 @@ class Tick:
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
             bases.update(self.state.by_end(self.snapshot.running))
         base = bases.get(chip, [])
-        changed = [occ for occ in self._changed if occ.chip == chip and occ.cards]
+        changed = list(self._changed_on.get(chip, ()))
         if not changed and not claimed:
             return map(release, base)
+        moved = {id(occ) for occ in changed}
         if changed:
-            moved = {id(occ) for occ in changed}
             kept: Iterable[Occupant] = (occ for occ in base if id(occ) not in moved)
         else:
             kept = base
         if not claimed:  # stable merge: ties keep running jobs first, then this tick's in order
             return heapq.merge(map(release, kept), sorted(map(release, changed), key=_at), key=_at)
+        cache = self._base_rels.get(chip)
+        if cache is None:
+            cache = self._base_rels[chip] = _Releases(base, self.now)
         held = [
             Release(self._claims[jid][1], [(pool, i, 0, 0, 0, True) for i in range(pool.size) if mask >> i & 1])
             for jid, kept_promise in self.promised.items()
             for pool, mask in kept_promise.free_now
             if pool.chip == chip
         ]
-        if self._starving_holds:
+        if starving:
             # A free card held now comes free when the last claim on it ends: a later starving
             # job's hold may have claimed it after the job it is held for (``claimed`` is the latest).
             late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
             for rel in held:
                 for card in rel.cards:
                     late.setdefault(claimed[card[0].devs[card[1]].id], []).append(card)
-            for starved in self._starving_holds:
+            for starved in starving:
                 for pool, mask in starved.free_now:
                     if pool.chip == chip:
                         for i in range(pool.size):
                             if mask >> i & 1:
                                 late.setdefault(claimed[pool.devs[i].id], []).append((pool, i, 0, 0, 0, True))
             held = [Release(at, cards) for at, cards in sorted(late.items())]
-        return _split_claimed(kept, changed, claimed, release, self.state, held)
+        return _split_claimed(cache.kept(moved), changed, claimed, release, self.state, held)
 
 
 def _call_off(snapshot: Snapshot, out: Decisions) -> None:
@@ -1350,8 +1438,38 @@ def _call_off(snapshot: Snapshot, out: Decisions) -> None:
         out.called_off.append(job.id)
 
 
+class _Releases:
+    """The releases of one chip model's running jobs by expected end, built as far as read.
+
+    A tick's starving jobs replay the same running jobs' ends many times over: each replay
+    reads them from here instead of building them again.
+    """
+
+    __slots__ = ("built", "now", "occupants")
+
+    def __init__(self, occupants: list[Occupant], now: float) -> None:
+        self.occupants = occupants
+        self.now = now
+        self.built: list[Release] = []
+
+    def kept(self, moved: set[int]) -> Iterator[Release]:
+        """The releases in order, without those of the occupants in ``moved`` (by ``id``)."""
+        built = self.built
+        occupants = self.occupants
+        n = len(occupants)
+        i = 0
+        while i < n:
+            if i == len(built):
+                built.append(_release(self.now, occupants[i]))
+            rel = built[i]
+            i += 1
+            if moved and id(rel.occupant) in moved:
+                continue
+            yield rel
+
+
 def _split_claimed(
-    kept: Iterable[Occupant],
+    kept: Iterable[Release],
     changed: list[Occupant],
     claimed: dict[int, float],
     release: Callable[[Occupant], Release],
@@ -1392,11 +1510,10 @@ def _split_claimed(
     def running() -> Iterator[tuple[float, float, Release]]:
         heap: list[tuple[float, float, Release]] = []
         pos = 0
-        for pos, occ in enumerate(kept):
-            rel = release(occ)
+        for pos, rel in enumerate(kept):
             while heap and (heap[0][0], heap[0][1]) < (rel.at, pos):
                 yield heapq.heappop(heap)
-            if id(occ) in touched and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
+            if id(rel.occupant) in touched and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
                 now_part, late_parts = pieces(rel)
                 yield rel.at, pos, now_part
                 for late_part in late_parts:  # (distinct times: the heap never compares two releases)
@@ -1419,8 +1536,25 @@ def _split_claimed(
     # Free cards held for a promise come free when its job would end; after everything else.
     extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
     extra.sort(key=_at_pos)
-    for _, _, rel in heapq.merge(running(), extra, key=_at_pos):
-        yield rel
+    # ``heapq.merge(running(), extra, key=_at_pos)`` written out (ties: the running stream first).
+    stream = running()
+    head = next(stream, None)
+    k = 0
+    n = len(extra)
+    while head is not None and k < n:
+        item = extra[k]
+        if item[0] < head[0] or (item[0] == head[0] and item[1] < head[1]):
+            yield item[2]
+            k += 1
+        else:
+            yield head[2]
+            head = next(stream, None)
+    while head is not None:
+        yield head[2]
+        head = next(stream, None)
+    while k < n:
+        yield extra[k][2]
+        k += 1
 
 
 def _at_pos(item: tuple[float, float, Release]) -> tuple[float, float]:

@@ -102,12 +102,22 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     submission time plus the time those limits held them, then id); the others keep
     their order. Also returns the starving jobs' ids.
     """
-    front = [k for k in idx if guard.starving(pending[k], now)]
+    # One pass, :meth:`Guard.starving` written out (a tick with a long backlog asks it per job).
+    by_class = guard.by_class
+    default = guard.default
+    front: list[int] = []
+    rest: list[int] = []
+    for k in idx:
+        job = pending[k]
+        cls = job.priority_class
+        limit = by_class[cls] if cls in by_class else default
+        if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
+            front.append(k)
+        else:
+            rest.append(k)
     if not front:
         return idx, set()
     front.sort(key=lambda k: (pending[k].submitted_at + pending[k].own_limits_s, pending[k].id))
-    chosen = set(front)
-    rest = [k for k in idx if k not in chosen]
     return front + rest, {pending[k].id for k in front}
 
 

@@ -30,6 +30,8 @@ do not change such a wait, so the memo keeps it across them.
 
 from __future__ import annotations
 
+import math
+
 from scheduling.engine.placement import Need
 from scheduling.engine.snapshot import Wait
 
@@ -108,3 +110,76 @@ class SetAside:
     def __exit__(self, *exc: object) -> None:
         self.memo.find_fail = self.find_fail
         self.memo.hold_fail = self.hold_fail
+
+
+class ShadowMemo:
+    """The starving jobs' shadow replays of one tick, per chip model and card count.
+
+    The starvation guard gives up to ``MAX_HOLDS_PER_CHIP`` starving jobs per chip
+    model a shadow time each, and a job that may run on several models replays
+    every one of them to keep the earliest. Each replay walked the chip's expected
+    releases from now: the walks grew with the holds before them, and most of a
+    tick with a long starving backlog went into them. Two facts cut that down,
+    neither of them a rule (``backfill.shadow`` answers the same without them):
+
+    * **Same inputs, same answer.** A replay reads the free state of one chip
+      model's pools and the releases on them. ``chip_version`` counts the
+      changes to those (a start, a hold, a promise on the model); a replay of
+      the same model and card count at the same version and ``epoch`` is the
+      one already made (``results``).
+    * **A floor.** Within an ``epoch`` cards only come free *later*: a start
+      takes free cards until its job ends, a hold until its job would end, a
+      promise until its job would. Fit is monotone in the free cards, so a
+      shape that did not fit before ``t`` in one replay fits no earlier in a
+      later one, as long as neither replay started from a free state it fitted
+      already (``find_fail`` says so). The replay still applies the releases
+      before the floor, but tries no placement there (``floors``).
+
+    ``epoch`` is bumped (:meth:`earlier`) whenever cards may come free sooner:
+    a preemption (its victims leave at their deadline), cards coming back to
+    the free state, a promised job's turn (its cards are lent to it, its claim
+    may lapse), a start on held cards (an ordinary hold's cards never came
+    back in a replay; the started job's do).
+    """
+
+    __slots__ = ("chip_version", "epoch", "floors", "results")
+
+    def __init__(self) -> None:
+        #: Bumped when cards may come free earlier than a replay assumed (anywhere).
+        self.epoch = 0
+        #: Per chip model: bumped when its free state or its releases change.
+        self.chip_version: dict[str, int] = {}
+        #: ``(chip, cards) -> (epoch, chip version, answer)`` of the last replay.
+        self.results: dict[tuple[str, int], tuple[int, int, tuple[float, list[int]] | None]] = {}
+        #: ``(chip, cards) -> (epoch, shadow time)`` of the last replay that found a time.
+        self.floors: dict[tuple[str, int], tuple[int, float]] = {}
+
+    def changed(self, chip: str) -> None:
+        """The free state or the releases of ``chip`` changed (cards only come free later)."""
+        self.chip_version[chip] = self.chip_version.get(chip, 0) + 1
+
+    def earlier(self) -> None:
+        """Cards may come free sooner than the replays so far assumed: forget them all."""
+        self.epoch += 1
+        self.results.clear()
+        self.floors.clear()
+
+    def answer(self, chip: str, cards: int) -> tuple[bool, tuple[float, list[int]] | None]:
+        """``(True, answer)`` if this replay was made at the current state, else ``(False, None)``."""
+        got = self.results.get((chip, cards))
+        if got is not None and got[0] == self.epoch and got[1] == self.chip_version.get(chip, 0):
+            return True, got[2]
+        return False, None
+
+    def floor(self, chip: str, cards: int) -> float:
+        """The earliest a replay of ``cards`` on ``chip`` may fit (``-inf``: no floor known)."""
+        got = self.floors.get((chip, cards))
+        if got is not None and got[0] == self.epoch:
+            return got[1]
+        return -math.inf
+
+    def keep(self, chip: str, cards: int, found: tuple[float, list[int]] | None, from_no_fit: bool) -> None:
+        """Remember a replay's answer; its time is a floor if it started from a free state without a fit."""
+        self.results[(chip, cards)] = (self.epoch, self.chip_version.get(chip, 0), found)
+        if from_no_fit and found is not None:
+            self.floors[(chip, cards)] = (self.epoch, found[0])
