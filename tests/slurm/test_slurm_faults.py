@@ -94,16 +94,29 @@ def test_a_killed_slurmd_ends_its_jobs_node_fail_and_they_are_requeued(own_slurm
     victim = node_of(jobs[0])
     on_victim = [j for j in jobs if node_of(j) == victim]
     cluster.kill_daemon(f"slurmd-{victim}", signal.SIGKILL)
-    # Slurm notices after SlurmdTimeout (30 s) and ends the node's jobs NODE_FAIL (they are not requeued by
-    # Slurm: the portal submits with --no-requeue and requeues them itself).
+    # Slurm notices after SlurmdTimeout (30 s): it has the node down and ends the node's jobs NODE_FAIL (they
+    # are not requeued by Slurm: the portal submits with --no-requeue and requeues them itself). Whichever the
+    # portal reads first requeues them: the jobs' end (``NodeFail``) or the node down (``NodeUnreachable``,
+    # as for an agent's node gone); on a loaded machine either comes first. The retry is not counted.
     after = _observe_until(on_victim, lambda js: all(j.state != Job.State.RUNNING for j in js))
-    requeued = [j for j in after if (j.state, j.pending_reason, j.retries) == (Job.State.PENDING, "NodeFail", 0)]
+    requeued = [
+        j
+        for j in after
+        if j.state == Job.State.PENDING and j.pending_reason in ("NodeFail", "NodeUnreachable") and j.retries == 0
+    ]
     failed = [j for j in after if j.is_final]
     print(f"\nslurmd of {victim} killed: {len(on_victim)} job(s) there, requeued {len(requeued)}, failed {len(failed)}")
-    assert (len(requeued), failed) == (len(on_victim), [])
+    assert (len(requeued), failed) == (len(on_victim), []), [(j.state, j.pending_reason, j.retries) for j in after]
     for job, slurm_id in zip(after, [j.agent_job_id for j in on_victim], strict=True):
-        assert "NODE_FAIL" in job.events.last().detail
-        assert run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", slurm_id]).strip() == "NODE_FAIL"
+        detail = job.events.last().detail
+        assert "NODE_FAIL" in detail or f"Slurm has node {victim} down" in detail, detail
+        wait_for(
+            lambda slurm_id=slurm_id: run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", slurm_id]).strip(),
+            until=lambda state: state == "NODE_FAIL",
+            interval=1.0,
+            timeout=120,
+            message="Slurm's accounting to say NODE_FAIL",
+        )
     for job in jobs:
         if job not in on_victim:
             assert _reload(job).state == Job.State.RUNNING, "a job on another node runs on"
