@@ -28,7 +28,7 @@ from django.conf import settings
 
 from tests.conftest import db_url_for_subprocess, free_port, requires_postgres, requires_redis
 from tests.redis_server import RedisServer, requires_redis_server
-from tests.waiting import ceiling, wait_for
+from tests.waiting import ceiling, stop_process, wait_for
 
 pytestmark = [
     requires_postgres,
@@ -253,12 +253,7 @@ def test_the_api_answers_through_a_redis_outage_and_recovers_by_itself(tmp_path:
         assert resp is not None and resp.status_code == 201
         after.submitted[resp.json()["id"]] = "after-last"
     finally:
-        web.terminate()
-        try:
-            web.wait(timeout=ceiling(60))
-        except subprocess.TimeoutExpired:
-            web.kill()
-            web.wait()
+        stop_process(web, 60)
         if tick.poll() is None:
             tick.kill()
             tick.communicate()

@@ -95,13 +95,14 @@ def wait_for(
         time.sleep(interval)
 
 
-def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
-    """Stop a server a test started, by its pid: SIGTERM, then SIGKILL if it is still there after the ceiling."""
+def stop_process(proc: subprocess.Popen[bytes] | None, seconds: float = 30) -> None:
+    """Stop a process a test started, by its pid: SIGTERM, then SIGKILL if it is still there after
+    ``ceiling(seconds)``. Nothing to do for one already gone."""
     if proc is None:
         return
     proc.terminate()
     try:
-        proc.wait(timeout=ceiling(30))
+        proc.wait(timeout=ceiling(seconds))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

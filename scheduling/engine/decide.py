@@ -268,14 +268,14 @@ class Tick:
         self.ledgers: dict[str, TeamLedger] = {}
         #: ``now`` on the policy's wall clock (weekday, minute): what quotas in force depend on.
         self._clock: tuple[int, int, date] | None = None
-        #: Occupants started or newly leaving in this tick (their releases move).
-        self._changed: list[Occupant] = self._count_running()
+        already = self._count_running()
         #: The running jobs already leaving when the tick began (the preemptor starts from them).
-        self._leaving = tuple(self._changed)
-        #: The same per chip model, those with cards (what a shadow replay of the model merges in).
+        self._leaving = tuple(already)
+        #: Occupants with cards started or newly leaving in this tick (their releases move), per
+        #: chip model: what a shadow replay of the model merges in.
         self._changed_on: dict[str, list[Occupant]] = {}
-        for occ in self._changed:
-            self._change(occ, False)
+        for occ in already:
+            self._change(occ)
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
         self.class_rank = {pc.name: pc.rank for pc in policy.priority_classes}
         self._preemptor: Preemptor | None = None
@@ -291,9 +291,6 @@ class Tick:
         #: The starvation guard (:mod:`starvation`) and the ids of this tick's starving jobs.
         self.guard = Guard(policy)
         self.starving: set[int] = set()
-        #: Holds of starving jobs, in the order they were made (their cards are busy for later
-        #: shadow times until the held job would end).
-        self._starving_holds: list[Hold] = []
         #: Starving holds per chip model (at most :data:`MAX_HOLDS_PER_CHIP`).
         self._starving_count: dict[str, int] = {}
         #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
@@ -361,10 +358,8 @@ class Tick:
                 units = float(len(promise.devices))
                 self._count(jid, self.ledger(job.team), spot[0].chip, units, units * job.estimated_duration_s / 3600.0)
 
-    def _change(self, occ: Occupant, new: bool = True) -> None:
+    def _change(self, occ: Occupant) -> None:
         """``occ`` started or began to leave in this tick: its release moves."""
-        if new:
-            self._changed.append(occ)
         if occ.cards:
             on = self._changed_on.get(occ.chip)
             if on is None:
@@ -646,16 +641,10 @@ class Tick:
                 if hit.version == version:
                     waiting[jid] = hit.wait
                     continue
-                if hit.epoch == self.free_memo.epoch:  # a stable wait (see place)
-                    if not reserved or reservations.taken - hit.taken < hit.margin:
-                        waiting[jid] = hit.wait
-                        continue
-                    margin = self._reservations_fit(group.cls, need, chips)
-                    if margin is not None:
-                        hit.taken = reservations.taken
-                        hit.margin = margin
-                        waiting[jid] = hit.wait
-                        continue
+                # A stable wait (see place), if no reservation holds back devices it could use now.
+                if hit.epoch == self.free_memo.epoch and (not reserved or self._still_fits(hit, group.cls, need)):
+                    waiting[jid] = hit.wait
+                    continue
             local_key: tuple[tuple[str, ...], int] | None = None
             local = group.local if memo is group.memo else group.starving_local
             if holds and rank >= 0:
@@ -668,20 +657,17 @@ class Tick:
                     theirs = chip_shadows[chips] = sorted([h.shadow for c in chips for h in holds.get(c, ())])
                 local_key = (chips, bisect_left(theirs, now + duration))
                 like = local.get(local_key)
-                if like is not None and like.epoch == self.free_memo.epoch and like.chips == chips:
-                    fits = not reserved or reservations.taken - like.taken < like.margin
-                    if not fits:
-                        margin = self._reservations_fit(group.cls, need, chips)
-                        if margin is not None:
-                            like.taken = reservations.taken
-                            like.margin = margin
-                            fits = True
-                    if fits:
-                        wait = waiting[jid] = like.wait
-                        entry = memo[rank] = MemoWait(chips, version, wait, like.epoch, reservations.taken, -1.0)
-                        for higher in range(rank + 1, len(shadows) + 1):
-                            memo[higher] = entry
-                        continue
+                if (
+                    like is not None
+                    and like.epoch == self.free_memo.epoch
+                    and like.chips == chips
+                    and (not reserved or self._still_fits(like, group.cls, need))
+                ):
+                    wait = waiting[jid] = like.wait
+                    entry = memo[rank] = MemoWait(chips, version, wait, like.epoch, reservations.taken, -1.0)
+                    for higher in range(rank + 1, len(shadows) + 1):
+                        memo[higher] = entry
+                    continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
             if outcome is not None:
@@ -874,6 +860,18 @@ class Tick:
         if reason is None:
             reason, detail = need.reason or reasons.TOPOLOGY, need.detail
         self.out.waiting[job.id] = Wait(reason, detail)
+
+    def _still_fits(self, entry: MemoWait, cls: str, need: Need) -> bool:
+        """Whether the reservations still leave a remembered stable wait as it was (see :meth:`_reservations_fit`)."""
+        taken = self.reservations.taken
+        if taken - entry.taken < entry.margin:
+            return True
+        margin = self._reservations_fit(cls, need, entry.chips)
+        if margin is None:
+            return False
+        entry.taken = taken
+        entry.margin = margin
+        return True
 
     def _reservations_fit(self, cls: str, need: Need, chips: tuple[str, ...]) -> float | None:
         """``None`` if a reservation holds back free devices a job of ``cls`` and shape ``need`` could use now.
@@ -1330,7 +1328,6 @@ class Tick:
             hold.place = len(held)
             held.append(hold)
         if starving:
-            self._starving_holds.append(hold)
             self._starving_count[chip] = self._starving_count.get(chip, 0) + 1
         self._usable_cache.pop(chip, None)
         self.shadow_memo.changed(chip)
@@ -1365,7 +1362,7 @@ class Tick:
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
             bases.update(self.state.by_end(self.snapshot.running))
         base = bases.get(chip, [])
-        changed = list(self._changed_on.get(chip, ()))
+        changed = self._changed_on.get(chip, [])
         if not changed and not claimed:
             return map(release, base)
         moved = {id(occ) for occ in changed}

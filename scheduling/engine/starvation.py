@@ -102,16 +102,10 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     submission time plus the time those limits held them, then id); the others keep
     their order. Also returns the starving jobs' ids.
     """
-    # One pass, :meth:`Guard.starving` written out (a tick with a long backlog asks it per job).
-    by_class = guard.by_class
-    default = guard.default
     front: list[int] = []
     rest: list[int] = []
-    for k in idx:
-        job = pending[k]
-        cls = job.priority_class
-        limit = by_class[cls] if cls in by_class else default
-        if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
+    for k in idx:  # one pass
+        if guard.starving(pending[k], now):
             front.append(k)
         else:
             rest.append(k)

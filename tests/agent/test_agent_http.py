@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.waiting import ceiling, wait_for
+from tests.waiting import ceiling, stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "agent-test-token-5f1b9c0e7d2a"
@@ -141,12 +141,7 @@ class Agent:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=ceiling(30))
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc)
 
     def kill9(self) -> None:
         assert self.proc is not None
