@@ -255,7 +255,7 @@ class ClusterState:
         layout.by_end = None
         layout.reset()
         self.occupants = {}
-        if reuse and held is not None:
+        if reuse and held is not None and layout.held_seen:
             jobs = running
             if evicted:
                 jobs = [job for job in jobs if job.id not in evicted]
@@ -353,6 +353,8 @@ class ClusterState:
             moved[id(occ)] = occ
         for occ in gone:
             moved[id(occ)] = occ
+        for occ in added:  # a job that started since and already leaves is new, not moved: once
+            moved.pop(id(occ), None)
         for occ in moved.values():  # take them out where they were sorted
             entry = kept.get(occ.chip)
             if entry is None or not occ.cards:
@@ -500,6 +502,7 @@ class ClusterState:
             layout.seen_slots = {}  # the running set is kept here now; the slots index is stale
         self._occ_diff = (layout.held_gen, list(gone.values()), added)
         layout.held = new_held
+        layout.held_seen = False  # (``seen_slots`` was emptied above)
         layout.held_gen = self.gen
         layout.evicted_last = set(evicted)
         self.has_slices = False
@@ -550,6 +553,7 @@ class ClusterState:
             pool.free = pool.usable & ~mask
         self._occ_diff = (layout.held_gen, removed, added)
         layout.held = held
+        layout.held_seen = True
         layout.held_gen = self.gen
         self.has_slices = False
         self._bucket_all(set())
@@ -683,6 +687,7 @@ class ClusterState:
         layout.sliced |= sliced
         if reuse and not sliced and len(kept) == len(occupants):
             layout.held = self._held_masks(kept)
+            layout.held_seen = True
             layout.held_gen = self.gen
         self._bucket_all(sliced)
 

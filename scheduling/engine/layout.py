@@ -412,6 +412,11 @@ class Layout:
         #: ``seen_slots`` when they are all the running jobs and no card is held twice: the next
         #: tick of a caller that keeps its job objects starts from it (see :meth:`ClusterState.occupy`).
         self.held: list[int] | None = None
+        #: ``held`` is the cards of the jobs in ``seen_slots`` (left by a tick that counted the
+        #: running jobs by their slots). A tick that applied a ``running_delta`` keeps ``held``
+        #: but empties ``seen_slots``: the way between (``ClusterState._occupy_changes``), which
+        #: finds the jobs gone by ``seen_slots``, must not start from it.
+        self.held_seen = False
         #: ``(tick number, card_jobs)`` of the last tick that built it, without that tick's starts.
         self.card_jobs: tuple[int, dict[int, list[int]]] | None = None
         #: Ticks that occupied this layout (each tick's number tags what it leaves behind).
