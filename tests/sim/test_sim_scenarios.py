@@ -228,3 +228,16 @@ def test_a_job_overtaken_by_a_higher_class_starts_later_than_first_estimated() -
     # Sampling the estimates changes no decision.
     plain = run_simulation(rows, make_cluster(1, 8), make_policy())["policy"]
     assert "estimates" not in plain and plain["wait_s"] == m["wait_s"]
+
+
+def test_cards_of_jobs_that_ended_between_ticks_are_free_again() -> None:
+    # Two nodes of 4 cards. A (2 cards) starts alone; B, a vNPU slice, starts while A runs (the next
+    # tick then cannot carry the free state over and counts the running jobs again). Both end long
+    # before C and D arrive, each wanting a whole node: both start at once. A replay that kept A's
+    # cards held started one and left the other waiting "does not fit even when running jobs end".
+    cluster = make_cluster(2, 4, templates=True)
+    rows = [row("A", 0, 100, 2), row("B", 10, 50, 1, gpu_milli=230), row("C", 1000, 60, 4), row("D", 1000, 60, 4)]
+    out = _metrics(rows, cluster, make_policy(), job_records=True)
+    records = {rec["job_id"]: rec for rec in out["job_records"]["policy"]}
+    assert {key: records[key]["wait_s"] for key in "ABCD"} == {"A": 0, "B": 0, "C": 0, "D": 0}
+    assert out["policy"]["jobs"]["completed"] == 4
