@@ -77,6 +77,40 @@ def test_a_job_that_can_never_run_is_a_400_naming_num_devices_and_stores_nothing
     assert (Job.objects.count(), JobEvent.objects.count()) == before
 
 
+@pytest.mark.clock
+@pytest.mark.parametrize(("first", "last", "status"), [(-3, -1, 400), (-1, 1, 201), (2, 4, 201)])
+def test_a_dated_quota_window_lets_a_job_in_until_its_last_day(demo, api, user_factory, first, last, status) -> None:
+    """An approved request let research hold 8 cards on some dates: a job that needs them is accepted
+    before and during those dates (it can run then), and refused, naming the field, once they are over."""
+    from datetime import timedelta
+    from pathlib import Path
+
+    from django.utils import timezone
+
+    from quotas.policies.versions import active_policy, create_version
+    from scheduling.engine.policy import policy_clock
+
+    today = policy_clock(active_policy().policy, timezone.now())[2]
+    text = (Path(__file__).resolve().parents[1] / "examples" / "policies" / "demo.yaml").read_text()
+    window = f"{{from: '{today + timedelta(days=first)}', until: '{today + timedelta(days=last)}'}}"
+    text = text.replace(
+        "max: {devices: 12}\n        maxConcurrentJobs: 10\n        allowedPriorityClasses: [normal, low]\n",
+        "max: {devices: 4}\n        maxConcurrentJobs: 10\n        allowedPriorityClasses: [normal, low]\n"
+        f"      schedules:\n        - {{name: request-1, dates: {window}, between: '00:00-24:00',"
+        " quota: {max: {devices: 8}}}\n",
+    )
+    create_version(text, author=None, comment="request-1")
+    assert [s.name for s in active_policy().policy.team("research").schedules] == ["request-1"]
+    lead = user_factory("rita", team="research", role="lead")
+    before = Job.objects.count()
+    resp = api(lead).post("/api/v1/jobs/", {**GOOD, "num_devices": 8, "chip_model": "910B4"}, format="json")
+    assert resp.status_code == status, resp.content
+    if status == 400:
+        assert resp.json()["field"] == "num_devices"
+        assert "an 8-card job is more than team research may ever hold (4 cards" in resp.json()["error"]
+        assert Job.objects.count() == before
+
+
 def test_max_duration_above_the_teams_limit_is_refused(demo, api, user_factory) -> None:
     lead = user_factory("ivan", team="inference", role="lead")
     resp = api(lead).post("/api/v1/jobs/", {**GOOD, "max_duration_s": 30 * 86400}, format="json")

@@ -255,14 +255,15 @@ def set_limits(actor: AbstractBaseUser, team: Team, membership_id: object, cards
 
 
 def team_ceiling(team_name: str) -> tuple[float | None, int | None]:
-    """The most cards and jobs at once the team may ever have (base quota or any schedule); ``None``: no cap.
+    """The most cards and jobs at once the team may have from today on (base quota or any schedule); ``None``: no cap.
 
     A member's limits live inside these: a limit above them would never bite.
     """
     from scheduling.engine.feasibility import quota_variants
-    from scheduling.engine.policy import DEVICES
+    from scheduling.engine.policy import DEVICES, policy_clock
 
-    quotas = quota_variants(active_policy().policy.team(team_name))
+    policy = active_policy().policy
+    quotas = quota_variants(policy.team(team_name), policy_clock(policy, timezone.now())[2])
     caps = [q.max.get(DEVICES) for q in quotas]
     jobs = [q.max_concurrent_jobs for q in quotas]
     return (

@@ -34,12 +34,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from scheduling.engine import reasons, run_time
 from scheduling.engine.capacity import ClusterState
 from scheduling.engine.placement import Need, need_of_key
-from scheduling.engine.policy import DEVICES, Policy, Quota, Reservation, TeamPolicy, chip_resource, merge_quota
+from scheduling.engine.policy import (
+    DEVICES,
+    Policy,
+    Quota,
+    Reservation,
+    TeamPolicy,
+    chip_resource,
+    merge_quota,
+    policy_clock,
+)
 from scheduling.engine.snapshot import Decisions, DeviceState, JobState, NodeState, Snapshot, VnpuTemplate, Wait
 from scheduling.engine.words import a_run, count, duration_words, sized_job
 
@@ -62,6 +71,9 @@ class Request:
     duration_s: float = 0.0
     #: For the monthly budget: device units × estimated hours.
     estimated_duration_s: float = 0.0
+    #: The date the question is asked on, on the policy's clock: a dated schedule (``dates``)
+    #: that ended before it can no longer let the job run. ``None``: every schedule counts.
+    today: date | None = None
 
 
 @dataclass(frozen=True)
@@ -72,10 +84,17 @@ class Impossible:
     reason: str
 
 
-def quota_variants(team: TeamPolicy) -> list[Quota]:
-    """Every quota the team can have in force: its base quota and each time-of-day window's."""
+def quota_variants(team: TeamPolicy, today: date | None = None) -> list[Quota]:
+    """Every quota the team can have in force from ``today`` on: its base quota and each window's.
+
+    A window with ``dates`` that ended before ``today`` is left out: an approved quota request
+    that is over must not keep a job its team can no longer hold waiting as if it could run
+    some day. (One still to come counts; ``today`` ``None`` counts every window.)
+    """
     out = [team.quota]
     for schedule in team.schedules:
+        if today is not None and schedule.dates is not None and schedule.dates[1] < today:
+            continue
         out.append(schedule.resolved_quota or merge_quota(team.quota, schedule.quota))
     return out
 
@@ -202,7 +221,7 @@ def pool_check(request: Request, cards: Mapping[str, int]) -> Impossible | None:
 
 def quota_check(policy: Policy, request: Request, units: Mapping[str, float]) -> Impossible | None:
     """Whether the team's quota refuses ``request`` under every schedule, given the units it takes per chip model."""
-    variants = quota_variants(policy.team(request.team))
+    variants = quota_variants(policy.team(request.team), request.today)
     pclass = policy.resolve_class(request.priority_class).name
     if all(q.allowed_priority_classes is not None and pclass not in q.allowed_priority_classes for q in variants):
         allowed = sorted(set().union(*(q.allowed_priority_classes or frozenset() for q in variants)))
@@ -338,6 +357,7 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
     least_room = min(rooms, default=0)
     verdicts: dict[tuple, Wait | None] = {}
     by_time: dict[str, bool] = {}  # team -> whether a job's length can make it never runnable
+    today = policy_clock(snapshot.policy, snapshot.now)[2]
     marked = 0
     for job in suspects:
         reserved_only = waiting[job.id].reason == reasons.RESERVED_CAPACITY
@@ -350,7 +370,7 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
         else:
             timed = by_time.get(job.team)
             if timed is None:
-                timed = by_time[job.team] = _limits_run_time(snapshot.policy, job.team)
+                timed = by_time[job.team] = _limits_run_time(snapshot.policy, job.team, today)
             # A team with no run-time limit and no monthly budget under some schedule refuses no
             # job for its length: jobs of one shape then share one verdict (in a long queue held
             # at a team's max, every job has a length of its own).
@@ -364,7 +384,7 @@ def mark_never_runnable(snapshot: Snapshot, decisions: Decisions) -> int:
                 job.estimated_duration_s if timed else None,
             )
         if key not in verdicts:
-            verdicts[key] = _verdict(snapshot, job, cores, cards, reserved_only)
+            verdicts[key] = _verdict(snapshot, job, cores, cards, reserved_only, today)
         verdict = verdicts[key]
         if verdict is not None:
             waiting[job.id] = verdict
@@ -399,17 +419,22 @@ def _inventory(snapshot: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
     return cores, cards
 
 
-def _limits_run_time(policy: Policy, team: str) -> bool:
+def _limits_run_time(policy: Policy, team: str, today: date | None) -> bool:
     """Whether :func:`quota_check` can refuse a job of ``team`` for its length: only when every
     schedule of the team limits run time, or every one has a monthly budget."""
-    variants = quota_variants(policy.team(team))
+    variants = quota_variants(policy.team(team), today)
     return all(q.max_job_duration_s is not None for q in variants) or all(
         q.device_hours_per_month is not None for q in variants
     )
 
 
 def _verdict(
-    snapshot: Snapshot, job: JobState, cores: Mapping[str, int], cards: Mapping[str, int], reserved_only: bool
+    snapshot: Snapshot,
+    job: JobState,
+    cores: Mapping[str, int],
+    cards: Mapping[str, int],
+    reserved_only: bool,
+    today: date,
 ) -> Wait | None:
     chips = [job.chip_model] if job.chip_model else list(cores)
     units: dict[str, float] = {}
@@ -432,6 +457,7 @@ def _verdict(
         priority_class=job.priority_class,
         duration_s=float(run_time.limit(job)),
         estimated_duration_s=float(job.estimated_duration_s),
+        today=today,
     )
     found = None if reserved_only else quota_check(snapshot.policy, request, units)
     found = found or reservation_check(snapshot.policy, request, units, cards)

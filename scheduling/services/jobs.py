@@ -26,7 +26,7 @@ from quotas.tenancy.visibility import sees_team
 from scheduling import transitions
 from scheduling.engine import run_time
 from scheduling.engine.feasibility import Request
-from scheduling.engine.policy import quota_at
+from scheduling.engine.policy import policy_clock, quota_at
 from scheduling.engine.words import duration_words
 from scheduling.models import Job
 from scheduling.services import feasibility, job_insert
@@ -288,6 +288,7 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
             priority_class=pclass,
             duration_s=float(run_time.limit_of(spec.max_duration_s, spec.estimated_duration_s)),
             estimated_duration_s=float(spec.estimated_duration_s),
+            today=policy_clock(policy, timezone.now())[2],
         ),
     )
     if impossible is not None:

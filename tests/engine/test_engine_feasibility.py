@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,32 @@ def test_a_time_of_day_window_that_allows_more_makes_the_job_possible() -> None:
     assert never_runnable(night_only, request, NODES, {}) is not None
 
 
+def test_a_dated_window_counts_until_its_last_day_and_not_after() -> None:
+    text = (Path(__file__).resolve().parents[2] / "examples" / "policies" / "demo.yaml").read_text()
+    # inference: 8 cards at most, 16 on 2027-03-10..12 only (an approved quota request).
+    dated = (
+        '{name: request-1, dates: {from: "2027-03-10", until: "2027-03-12"}, between: "00:00-24:00",'
+        " quota: {max: {devices: 16}}}"
+    )
+    policy = parse_policy(
+        text.replace("max: {devices: 12, devices/910B4: 10}", "max: {devices: 8}")
+        .replace(
+            '{name: business-hours, days: [mon, tue, wed, thu, fri], between: "09:00-18:00",\n'
+            "           quota: {guaranteed: {devices: 8}, max: {devices: 16}}}",
+            dated,
+        )
+        .replace('\n        - {name: night, between: "22:00-06:00", quota: {max: {devices: 6}}}', "")
+    )
+    assert [s.name for s in policy.team("inference").schedules] == ["request-1"]
+    ask = {"team": "inference", "num_devices": 16, "chip_model": "910B4", "priority_class": "critical"}
+    for today in (None, date(2027, 3, 1), date(2027, 3, 12)):  # before and on its last day: some day it can
+        assert never_runnable(policy, Request(**ask, duration_s=60, today=today), NODES, {}) is None, today
+    # The day after, nothing lets inference hold 16 cards again: refused, naming the field.
+    found = never_runnable(policy, Request(**ask, duration_s=60, today=date(2027, 3, 13)), NODES, {})
+    assert found is not None and found.field == "num_devices"
+    assert "more than team inference may ever hold (8 cards" in found.reason
+
+
 def test_a_reserved_class_may_have_every_card() -> None:
     text = (Path(__file__).resolve().parents[2] / "examples" / "policies" / "demo.yaml").read_text()
     # training may use critical here: the reservation is its own, so all 16 cards may be its.
@@ -175,3 +202,34 @@ def test_a_job_within_what_the_reservations_leave_waits_for_now() -> None:
     out = decide(snapshot(pol, cl, [job(10, "a", 8, submitted=-3600)], running))
     assert out.waiting[10].reason == reasons.RESERVED_CAPACITY
     assert "online: 4 held for high" in out.waiting[10].detail
+
+
+def test_a_job_only_a_dated_window_allowed_is_never_runnable_once_the_window_is_over() -> None:
+    """Accepted while an approved request let its team hold 16 cards, it waits for its team's
+    maximum during the window's dates and before them, and can never run the day after."""
+    from datetime import timedelta
+
+    from engine_factory import NOW, Cluster, job, snapshot
+
+    from scheduling.engine import reasons
+    from scheduling.engine.decide import decide
+
+    pol = parse_policy(
+        "apiVersion: npuportal/v1\nkind: SchedulingPolicy\nmetadata: {name: t}\n"
+        "spec:\n  timezone: Asia/Shanghai\n  teams:\n"
+        "    - name: a\n      quota: {max: {devices: 8}}\n      schedules:\n"
+        "        - {name: request-1, dates: {from: '2026-02-27', until: '2026-03-01'}, between: '00:00-24:00',"
+        " quota: {max: {devices: 16}}}\n"
+        "    - name: b\n      quota: {max: {devices: 16}}\n"
+    )
+    cl = Cluster().node("n1").node("n2")
+    busy = [job(1, "b", 8, slots=[cl.dev(f"n1/{i}") for i in range(8)], started=-600, est=7200.0)]
+
+    def wait_at(now: object) -> str:
+        out = decide(snapshot(pol, cl, [job(10, "a", 16, submitted=-3600)], busy, now=now))  # type: ignore[arg-type]
+        return out.waiting[10].reason
+
+    # NOW is 2026-03-02 18:00 in Shanghai: the window ended the day before.
+    assert wait_at(NOW) == reasons.NEVER_RUNNABLE
+    assert wait_at(NOW - timedelta(days=1)) == reasons.RESOURCES  # in the window: 8 cards are busy
+    assert wait_at(NOW - timedelta(days=4)) == reasons.QUOTA_MAX_DEVICES  # before it: for now
