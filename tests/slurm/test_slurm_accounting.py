@@ -16,6 +16,7 @@ from django.utils import timezone
 from devices.executors import get_executor
 from devices.executors.slurm import run
 from devices.slurm.reconcile import npu_count, parse_elapsed, parse_usage, reconcile
+from quotas.accounting.statements import parse_month
 from quotas.models import UsageRecord
 from scheduling.models import Job
 from tests.test_lifecycle_harness import tick
@@ -65,7 +66,9 @@ def test_a_months_jobs_agree_with_sacct_within_one_percent(own_slurm_site, submi
     tick()
     assert all(j.state == Job.State.RUNNING for j in Job.objects.filter(pk__in=[j.pk for j in jobs]))
     # Mid-run: sacct has no comment for a running job yet, the controller has; each is the portal's.
-    label = timezone.localtime().strftime("%Y-%m")
+    # The month on the policy's clock (as reconcile reads it), not the server's: on a month's last
+    # evening in UTC, Asia/Shanghai is already in the next one.
+    label = parse_month(None, timezone.now())[0].label
     # (Within 45 s, before the 60 s jobs end: slurmdbd may take a moment to record a start.)
     wait_for(
         lambda: sorted(j.job_id for j in reconcile(label).jobs if j.slurm is not None),
