@@ -88,10 +88,12 @@ def test_a_dated_quota_window_lets_a_job_in_until_its_last_day(demo, api, user_f
     from django.utils import timezone
 
     from quotas.policies.versions import active_policy, create_version
-    from scheduling.engine.policy import policy_clock
+    from scheduling.engine.policy import parse_policy, policy_clock
 
-    today = policy_clock(active_policy().policy, timezone.now())[2]
     text = (Path(__file__).resolve().parents[1] / "examples" / "policies" / "demo.yaml").read_text()
+    # Today on the clock of the policy about to be applied (the demo's, Asia/Shanghai), not the one
+    # active now: the clock sweep runs the demo on the instant's own zone.
+    today = policy_clock(parse_policy(text), timezone.now())[2]
     window = f"{{from: '{today + timedelta(days=first)}', until: '{today + timedelta(days=last)}'}}"
     text = text.replace(
         "max: {devices: 12}\n        maxConcurrentJobs: 10\n        allowedPriorityClasses: [normal, low]\n",
