@@ -288,7 +288,7 @@ def _validate(spec: JobSpec, team: Team, now: datetime) -> tuple[str, VnpuTempla
             priority_class=pclass,
             duration_s=float(run_time.limit_of(spec.max_duration_s, spec.estimated_duration_s)),
             estimated_duration_s=float(spec.estimated_duration_s),
-            today=policy_clock(policy, timezone.now())[2],
+            today=policy_clock(policy, now)[2],
         ),
     )
     if impossible is not None:
