@@ -34,17 +34,22 @@ test: setup browser slurm directory ## set up and run the whole suite
 	@# runs the compiled build, if any), then the date-sensitive tests (marked clock) at each fixed
 	@# instant of tests/clock.py and at three drawn at random (the seed is printed; NPUPORTAL_CLOCK_SEED
 	@# repeats the draw). The suite's workers mostly wait on agents, browsers and servers; this fills
-	@# that time. Its output goes to a file, shown whole when the suite is done.
+	@# that time. Its output goes to a file, shown whole when the suite is done. The suite's output is
+	@# kept too (test-suite.log), and the failures of both are told once more, last, so the tail of a
+	@# long log still names them.
 	@beside_log="$${NPUPORTAL_VAR_DIR:-var}/test-beside.log"; mkdir -p "$$(dirname "$$beside_log")"; \
 	{ NPUPORTAL_ENGINE=python $(BIN)/pytest tests/engine -p no:xdist $(PYTEST_ARGS) \
 	  && $(PY) -m tests.clock sweep fixed random -- $(PYTEST_ARGS); } > "$$beside_log" 2>&1 < /dev/null & \
 	beside=$$!; trap 'pkill -P $$beside 2>/dev/null; kill $$beside 2>/dev/null' INT TERM; \
 	echo "== beside the suite: the engine as plain Python, then the clock sweep (output: $$beside_log)"; \
 	echo "$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)"; \
-	$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); suite=$$?; \
+	suite_log="$$(dirname "$$beside_log")/test-suite.log"; \
+	{ $(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); echo $$? > "$$suite_log.rc"; } 2>&1 | tee "$$suite_log"; \
+	suite=$$(cat "$$suite_log.rc"); \
 	wait $$beside; swept=$$?; \
 	echo "== beside the suite: the engine as plain Python, then the clock sweep"; cat "$$beside_log"; \
 	echo "== the suite exited $$suite; the engine as plain Python and the clock sweep exited $$swept"; \
+	grep -h -E '^(FAILED|ERROR) ' "$$suite_log" "$$beside_log" | sed 's/^/== failed: /'; \
 	[ $$suite = 0 ] && [ $$swept = 0 ]
 
 # The date-sensitive tests at every instant of tests/clock.calendar_instants() (65: every day across a
