@@ -1094,9 +1094,14 @@ class Tick:
             hold.free_now = kept
         if placement is None:
             self.free_memo.hold_fail.add(key)
-        else:  # a held card may become a sliced card with room left: visible to plain placement
-            self.free_memo.find_fail.clear()
-            self.free_memo.epoch += 1
+        else:
+            if placement.template is not None:
+                # A held card given a slice becomes a sliced card with room left, visible to plain
+                # placement: the free state grew for slices. Whole cards given away leave the
+                # free cards as they were and the holds smaller, so the failed placements and
+                # the stable waits stand (they tried no held cards).
+                self.free_memo.find_fail.clear()
+                self.free_memo.epoch += 1
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
 
