@@ -102,10 +102,18 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     submission time plus the time those limits held them, then id); the others keep
     their order. Also returns the starving jobs' ids.
     """
+    # One pass, with each job's threshold read from a dict by class and no call per job (this
+    # runs over the whole queue every tick: 10,000 calls to :meth:`Guard.starving` were the
+    # larger part of it).
+    by_class = guard.by_class
+    default = guard.default
     front: list[int] = []
     rest: list[int] = []
-    for k in idx:  # one pass
-        if guard.starving(pending[k], now):
+    for k in idx:
+        job = pending[k]
+        cls = job.priority_class
+        limit = by_class[cls] if cls in by_class else default
+        if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
             front.append(k)
         else:
             rest.append(k)
