@@ -137,17 +137,17 @@ class _Group:
         "base",
         "cls",
         "ledger",
-        "local",
         "memo",
         "n",
         "need",
         "promise",
         "size",
         "slow",
-        "starving_local",
         "starving_memo",
+        "starving_wide",
         "static",
         "team",
+        "wide",
     )
 
     def __init__(self, team: str, cls: str, need: Need, ledger: TeamLedger) -> None:
@@ -161,13 +161,13 @@ class _Group:
         self.slow = False
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
         self.memo: dict[int, MemoWait] = {}
-        #: Its stable waits by the chip models allowed and how many shadow times of the holds
-        #: on those models a job's end passes (see ``Tick.run``).
-        self.local: dict[tuple[tuple[str, ...], int], MemoWait] = {}
         #: The same for its starving jobs once every chip they may use has its fill of starving
         #: holds (their waits say so, so they are not shared with the others').
         self.starving_memo: dict[int, MemoWait] = {}
-        self.starving_local: dict[tuple[tuple[str, ...], int], MemoWait] = {}
+        #: Its last stable wait, and its starving jobs': the wait of any job of the group while
+        #: the epoch stands, its placement tries made again (``tick_memo``, ``Tick._retry``).
+        self.wide: MemoWait | None = None
+        self.starving_wide: MemoWait | None = None
         #: The jobs' ``num_devices`` (part of the group key) and job-size term of the priority.
         self.n = 0
         self.size = 0.0
@@ -286,8 +286,6 @@ class Tick:
         #: model has one hold (its first blocked job's), or several with the starvation guard.
         self.holds: dict[str, list[Hold]] = {}
         self._shadows: list[float] = []
-        #: The same, of the holds on each set of chip models a job may use (emptied on a hold).
-        self._chip_shadows: dict[tuple[str, ...], list[float]] = {}
         #: The starvation guard (:mod:`starvation`) and the ids of this tick's starving jobs.
         self.guard = Guard(policy)
         self.starving: set[int] = set()
@@ -295,7 +293,7 @@ class Tick:
         self._starving_count: dict[str, int] = {}
         #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
         #: usable holds by (shadow times passed, within guarantee) (see :meth:`_usable_holds`).
-        self._usable_cache: dict[str, tuple[list[float], bool, dict[tuple[int, bool], list[Hold]]]] = {}
+        self._usable_cache: dict[str, tuple[list[float], bool, dict[tuple[int, bool], tuple[list[Hold], int]]]] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id.
@@ -587,7 +585,6 @@ class Tick:
         reserved = bool(reservations.held)
         shadows = self._shadows
         starving = self.starving
-        chip_shadows = self._chip_shadows
         #: One wait per refusal of the admission memo (the waits are values: shared).
         refused: dict[tuple, Wait] = {}
         # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
@@ -637,36 +634,39 @@ class Tick:
                 rank = 0
             hit = memo.get(rank)
             version = self.free_memo.version
+            epoch = self.free_memo.epoch
             if hit is not None and (hit.chips is chips or hit.chips == chips):
-                if hit.version == version:
+                if hit.version == version and not hit.held:
                     waiting[jid] = hit.wait
                     continue
-                # A stable wait (see place), if no reservation holds back devices it could use now.
-                if hit.epoch == self.free_memo.epoch and (not reserved or self._still_fits(hit, group.cls, need)):
-                    waiting[jid] = hit.wait
-                    continue
-            local_key: tuple[tuple[str, ...], int] | None = None
-            local = group.local if memo is group.memo else group.starving_local
-            if holds and rank >= 0:
-                # A stable wait tried no held cards: it is the wait of every job of the group
-                # whose end passes the same shadow times of the holds on its chip models (the
-                # holds elsewhere it never looks at), whatever it passes elsewhere. Answered so,
-                # a job leaves the memo by rank as placing it would have.
-                theirs = chip_shadows.get(chips)
-                if theirs is None:
-                    theirs = chip_shadows[chips] = sorted([h.shadow for c in chips for h in holds.get(c, ())])
-                local_key = (chips, bisect_left(theirs, now + duration))
-                like = local.get(local_key)
+                # A stable wait (see place), if no reservation holds back devices it could use now;
+                # one that tried held cards, if this job's tries are failures known too (tick_memo).
                 if (
-                    like is not None
-                    and like.epoch == self.free_memo.epoch
-                    and like.chips == chips
-                    and (not reserved or self._still_fits(like, group.cls, need))
+                    (hit.version == version or hit.epoch == epoch)
+                    and (not reserved or hit.version == version or self._still_fits(hit, group.cls, need))
+                    and (not hit.held or self._retry(job, need, ledger, hit.looked) is not None)
                 ):
-                    wait = waiting[jid] = like.wait
-                    entry = memo[rank] = MemoWait(chips, version, wait, like.epoch, reservations.taken, -1.0)
-                    for higher in range(rank + 1, len(shadows) + 1):
-                        memo[higher] = entry
+                    waiting[jid] = hit.wait
+                    continue
+            wide = group.wide if memo is group.memo else group.starving_wide
+            if (
+                holds
+                and wide is not None
+                and wide.epoch == epoch
+                and wide.chips == chips
+                and (not reserved or self._still_fits(wide, group.cls, need))
+            ):
+                # The group's last stable wait is every job's while the epoch stands, whatever holds
+                # it ends before, if its own placements are failures known too (tick_memo).
+                tried = self._retry(job, need, ledger, wide.looked)
+                if tried is not None:
+                    wait = waiting[jid] = wide.wait
+                    entry = memo[rank] = MemoWait(
+                        chips, version, wait, epoch, reservations.taken, -1.0, wide.looked, tried
+                    )
+                    if rank >= 0:  # a longer job ends before no more holds: the same tries, or fewer
+                        for higher in range(rank + 1, len(shadows) + 1):
+                            memo[higher] = entry
                     continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
@@ -675,21 +675,27 @@ class Tick:
                 # (A wait that names the reclaim bound is this job's own: the next job of the
                 # group places itself, and its search — or the memo of failed ones — says.)
                 if self.free_memo.version == version and self._bounded_for != jid:
+                    stable = self.free_memo.stable
                     entry = memo[rank] = MemoWait(
                         chips,
                         version,
                         wait,
-                        self.free_memo.epoch if self.free_memo.stable else -1,
+                        self.free_memo.epoch if stable else -1,
                         reservations.taken,
                         -1.0,  # margin unknown: check the reservations after the next start
+                        tuple(self.free_memo.looked),
+                        self.free_memo.held,
                     )
-                    if self.free_memo.stable and rank >= 0:
-                        # A stable wait did not try the held cards: a longer job of the group (a
-                        # higher rank) ends before no more shadow times, so this is its wait too.
-                        for higher in range(rank + 1, len(shadows) + 1):
-                            memo[higher] = entry
-                        if local_key is not None:
-                            local[local_key] = entry
+                    if stable:
+                        if memo is group.memo:
+                            group.wide = entry
+                        else:
+                            group.starving_wide = entry
+                        if rank >= 0:
+                            # A longer job of the group (a higher rank) ends before no more shadow
+                            # times: this is its wait too (its held-card tries made again, fewer).
+                            for higher in range(rank + 1, len(shadows) + 1):
+                                memo[higher] = entry
         promises = self.out.promises
         for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
             if jid not in promises:
@@ -913,6 +919,8 @@ class Tick:
         ``free_memo.stable`` (when a wait is stable: :mod:`tick_memo`).
         """
         self.free_memo.stable = True
+        self.free_memo.looked = []
+        self.free_memo.held = False
         headroom: dict[str, float] = {}  # chips a reservation keeps the job from (their headroom)
         held_back = ""
         if self.reservations.held:  # 4c
@@ -1013,9 +1021,11 @@ class Tick:
         units = need.units
         holds = self.holds
         find_fail = self.free_memo.find_fail
+        looked = self.free_memo.looked
         for chip in chips:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
+            looked.append(chip)
             if (need, chip) in find_fail:
                 placement = None
             else:
@@ -1024,10 +1034,10 @@ class Tick:
                     find_fail.add((need, chip))
             held = holds.get(chip)
             if placement is None and held is not None:
-                usable = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
+                usable, which = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
                 if usable:
-                    self.free_memo.stable = False
-                    placement = self.find_with_hold(need, chip, usable)
+                    self.free_memo.held = True
+                    placement = self.find_with_hold(need, chip, usable, which)
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=held is not None)
                 return True
@@ -1044,8 +1054,10 @@ class Tick:
 
     def _usable_holds(
         self, chip: str, held: list[Hold], duration: float, ledger: TeamLedger, units: float
-    ) -> list[Hold]:
-        """The holds on ``chip`` whose cards a job of ``duration`` may use (in the holds' order).
+    ) -> tuple[list[Hold], int]:
+        """The holds on ``chip`` whose cards a job of ``duration`` may use (in the holds' order),
+        and their places in the chip's list of holds as a mask (what the memo of failed
+        placements on held cards is keyed by).
 
         Those it ends before (``backfill.ends_before``: shadow time at or after its end), and
         ordinary ones when its team stays within its guarantee. Which holds it ends before
@@ -1063,27 +1075,20 @@ class Tick:
         got = lists.get((k, within))
         if got is None:
             least = shadows[k] if k < len(shadows) else math.inf
-            got = lists[(k, within)] = [h for h in held if h.shadow >= least or (within and not h.starving)]
+            usable = [h for h in held if h.shadow >= least or (within and not h.starving)]
+            which = 0
+            for hold in usable:
+                which |= 1 << hold.place
+            got = lists[(k, within)] = (usable, which)
         return got
 
-    def find_with_hold(self, need: Need, chip: str, usable: list[Hold]) -> Placement | None:
-        """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow times)."""
+    def find_with_hold(self, need: Need, chip: str, usable: list[Hold], which: int) -> Placement | None:
+        """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow
+        times; ``which``: their mask, as :meth:`_usable_holds` gives it)."""
         state = self.state
-        which = 0  # the usable holds as a mask of their places in the chip's list of holds
-        for hold in usable:
-            which |= 1 << hold.place
         key = (need, chip, which)
         if key in self.free_memo.hold_fail:
-            # Known not to fit (the free cards and the holds only shrink). Releasing and
-            # re-taking the held cards moves their pools to the end of their buckets,
-            # which later placements see: do just that.
-            chip_state = state.chips[chip]
-            for hold in usable:
-                for pool, _ in hold.free_now:
-                    bucket = chip_state.buckets[pool.key]
-                    del bucket[pool]
-                    bucket[pool] = None
-                    chip_state.dirty.add(pool.key)
+            self._tried_in_vain(chip, usable)  # known not to fit: the free cards and the holds only shrink
             return None
         # The holds' cards are lent to this one placement; what it does not start on is held again.
         with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable]) as lent:
@@ -1104,6 +1109,48 @@ class Tick:
                 self.free_memo.epoch += 1
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
+
+    def _tried_in_vain(self, chip: str, usable: list[Hold]) -> None:
+        """What a failed try on the ``usable`` holds' cards leaves behind: releasing and re-taking
+        the held cards moves their pools to the end of their buckets, which later placements see."""
+        chip_state = self.state.chips[chip]
+        for hold in usable:
+            for pool, _ in hold.free_now:
+                bucket = chip_state.buckets[pool.key]
+                del bucket[pool]
+                bucket[pool] = None
+                chip_state.dirty.add(pool.key)
+
+    def _retry(self, job: JobState, need: Need, ledger: TeamLedger, looked: tuple[str, ...]) -> bool | None:
+        """Step 4e for ``job`` from the memo of failed placements, on the chip models a remembered
+        wait looked at (``MemoWait.looked``): if each placement, on free cards and on the held
+        cards ``job`` ends before, is a failure the memo knows, the failed tries are made (as
+        :meth:`find_with_hold` would) and the answer is whether it tried held cards; else ``None``
+        and nothing done (the job is placed in full).
+        """
+        holds = self.holds
+        find_fail = self.free_memo.find_fail
+        hold_fail = self.free_memo.hold_fail
+        duration = -1.0
+        units = need.units
+        plan: list[tuple[str, list[Hold]]] = []
+        for chip in looked:
+            if (need, chip) not in find_fail:
+                return None
+            held = holds.get(chip)
+            if held is None:
+                continue
+            if duration < 0:
+                duration = run_time.expected(job) or 0.0
+            usable, which = self._usable_holds(chip, held, duration, ledger, units[chip])
+            if not usable:
+                continue
+            if (need, chip, which) not in hold_fail:
+                return None
+            plan.append((chip, usable))
+        for chip, usable in plan:
+            self._tried_in_vain(chip, usable)
+        return bool(plan)
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
         one = placement.pool
@@ -1337,7 +1384,6 @@ class Tick:
         self._usable_cache.pop(chip, None)
         self.shadow_memo.changed(chip)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
-        self._chip_shadows.clear()
         self.free_memo.epoch += 1
 
     def releases(self, chip: str) -> Iterable[Release]:

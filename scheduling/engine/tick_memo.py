@@ -15,17 +15,31 @@ when that fact stops holding:
   shrink during a tick, so a shape that does not fit now does not fit later in
   the tick; :meth:`TickMemo.free_grew` forgets them when cards come back.
 * ``epoch`` — bumped when a hold is added or the failed placements are
-  forgotten: a *stable* wait (one that tried no held cards and no victims,
-  ``stable``) holds across starts while the epoch stands.
+  forgotten: a *stable* wait (one that tried no victims, ``stable``) holds
+  across starts while the epoch stands.
 
 A wait is *stable* (``Tick.place`` leaves ``stable`` set) when it cannot change
 for the rest of the tick while no hold is added, ``find_fail`` is not cleared
 and no reservation starts to hold back devices the job could use: every chip
 was within the reservations or short of free devices anyway, placement failed
-on every open chip (free cards only shrink), the held cards were not tried, no
-victim search could run (the search budget only shrinks, a team only leaves
-its guarantee) and every open chip already has a blocked job. Starts elsewhere
-do not change such a wait, so the memo keeps it across them.
+on every open chip (free cards only shrink), no victim search could run (the
+search budget only shrinks, a team only leaves its guarantee) and every open
+chip already has a blocked job. Starts elsewhere do not change such a wait, so
+the memo keeps it across them.
+
+A stable wait may have tried held cards (the cards of holds the job ends
+before), in vain. A failed try is not free of effects: lending the cards and
+taking them back moves their pools to the end of their buckets, which later
+placements walk. So the memo remembers on which chip models the job looked for
+cards (``MemoWait.looked``), and a job given the wait looks again, cheaply: on
+each, its placement on free cards and on the held cards *it* ends before must be
+failures ``find_fail`` and ``hold_fail`` know (else it is placed in full), and
+the pools of those holds move as the try would have moved them. So a stable wait
+is the wait of every job of its group (team, class, shape) while the epoch
+stands, whatever holds each ends before: the rest of steps 4c-4g depends on the
+group only. With the starvation guard a chip model has up to 17 holds; keyed
+only by how many shadow times a job's end passes, the waits were worked out again
+for each such count of each group after every new epoch.
 """
 
 from __future__ import annotations
@@ -39,10 +53,18 @@ from scheduling.engine.snapshot import Wait
 class MemoWait:
     """A wait of steps 4c-4g remembered for the jobs of a group after it (see ``Tick.run``)."""
 
-    __slots__ = ("chips", "epoch", "margin", "taken", "version", "wait")
+    __slots__ = ("chips", "epoch", "held", "looked", "margin", "taken", "version", "wait")
 
     def __init__(
-        self, chips: tuple[str, ...], version: int, wait: Wait, epoch: int, taken: float, margin: float
+        self,
+        chips: tuple[str, ...],
+        version: int,
+        wait: Wait,
+        epoch: int,
+        taken: float,
+        margin: float,
+        looked: tuple[str, ...] = (),
+        held: bool = False,
     ) -> None:
         #: The chip models admission allowed (the answer holds for the same ones).
         self.chips = chips
@@ -55,12 +77,17 @@ class MemoWait:
         #: ``reservations.taken`` when the reservations were last checked, and the margin found then.
         self.taken = taken
         self.margin = margin
+        #: The chip models whose free cards (and held ones, if it ended before a hold) the job was
+        #: placed on, in vain (``TickMemo.looked``), and whether it tried held cards: a job given
+        #: this wait tries them again through ``find_fail`` and ``hold_fail`` (``Tick._retry``).
+        self.looked = looked
+        self.held = held
 
 
 class TickMemo:
     """The tick's shrink-only memory of the free state (see the module's docstring)."""
 
-    __slots__ = ("epoch", "find_fail", "hold_fail", "stable", "version")
+    __slots__ = ("epoch", "find_fail", "held", "hold_fail", "looked", "stable", "version")
 
     def __init__(self) -> None:
         #: Bumped whenever the free state changes; keys the memo of waits.
@@ -69,6 +96,10 @@ class TickMemo:
         self.epoch = 0
         #: Whether the placement being worked out is a stable wait (set by ``Tick.place``).
         self.stable = False
+        #: The chip models the placement being worked out looked for free cards on (in order),
+        #: and whether it tried held cards on one of them.
+        self.looked: list[str] = []
+        self.held = False
         #: ``(need, chip)`` whose placement failed (a held card given a slice has room for
         #: more: a start on held cards clears it).
         self.find_fail: set[tuple[Need, str]] = set()
