@@ -110,6 +110,9 @@ class Client:
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, body=body if body is not None else {})
 
+    def patch(self, path: str, body: Any) -> Any:
+        return self.request("PATCH", path, body=body)
+
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 

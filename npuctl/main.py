@@ -781,6 +781,41 @@ def _quota_requests(api: Client, args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_team(api: Client, args: argparse.Namespace) -> int:
+    """The team's members (leads and admins), and the lead's changes: add, set, remove."""
+    action = getattr(args, "team_cmd", None)
+    (name,) = _my_team(api, args.member_team or args.team, leads_only=True)
+    path = f"teams/{urllib.parse.quote(name)}/members/"
+    if action is None:
+        members = api.get(path)
+        if getattr(args, "json", False):
+            _json(members)
+            return OK
+        rows = [(m["username"], m["full_name"] or "-", m["role"], m["limits"]) for m in members]
+        _out(f"team {name}")
+        _out(table(("USER", "NAME", "ROLE", "LIMITS"), rows))
+        return OK
+    if action == "add":
+        done = api.post(path, {"who": args.who, "role": args.role})
+    elif action == "remove":
+        done = api.delete(f"{path}{urllib.parse.quote(args.user)}/")
+    else:
+        body: dict[str, Any] = {}
+        if args.role:
+            body["role"] = args.role
+        for flag, key in ((args.max_devices, "max_devices"), (args.max_jobs, "max_jobs")):
+            if flag is not None:
+                body[key] = None if flag.strip().lower() in ("none", "") else flag.strip()
+        if not body:
+            raise _UsageError("team set: give --role, --max-devices or --max-jobs")
+        done = api.patch(f"{path}{urllib.parse.quote(args.user)}/", body)
+    if getattr(args, "json", False):
+        _json(done)
+        return OK
+    _out(done["detail"])
+    return OK
+
+
 def cmd_nodes(api: Client, args: argparse.Namespace) -> int:
     nodes = api.get_all("nodes/")
     if args.json:
@@ -1152,6 +1187,29 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
     q = qsub.add_parser("requests", help="your teams' quota requests and what was decided")
     q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+
+    p = command("team", cmd_team, "your team's members, roles and limits; add, set or remove one (team leads)")
+    p.add_argument("--team")
+    tsub = p.add_subparsers(dest="team_cmd", required=False, metavar="ACTION")
+    t = tsub.add_parser("add", help="add an account by username, or invite an e-mail address")
+    t.add_argument("who", metavar="USER_OR_EMAIL")
+    t.add_argument("--role", choices=("member", "lead"), default="member", help="default member")
+    t = tsub.add_parser(
+        "set",
+        help="a member's role or limits",
+        description="Change a member's role or limits; a limit left out stays, 'none' lifts it. "
+        "Example: npuctl team set ann --max-devices 4 --max-jobs none",
+    )
+    t.add_argument("user", metavar="USER")
+    t.add_argument("--role", choices=("member", "lead"))
+    t.add_argument("--max-devices", metavar="N", help="cards at once, or none")
+    t.add_argument("--max-jobs", metavar="N", help="jobs at once, or none")
+    t = tsub.add_parser("remove", help="remove a member (their jobs and history stay the team's)")
+    t.add_argument("user", metavar="USER")
+    for t in tsub.choices.values():
+        t.add_argument("--team", dest="member_team", default=None, help="default: the team you lead")
+        t.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON")
+    p.set_defaults(member_team=None)
 
     command("nodes", cmd_nodes, "nodes and their devices, like sinfo")
 

@@ -79,6 +79,8 @@ def site(demo, user_factory, isolated_api_state) -> dict[str, object]:
     job = Job.objects.order_by("pk").first()
     team = job.team
     member = user_factory("walker", team=team.name)
+    # The member the walk's DELETE removes (/api/v1/teams/<name>/members/<username>/): not the walker.
+    user_factory("walked", team=team.name)
     admin = get_user_model().objects.create_superuser("walker-admin", password="pw", email="a@example.com")
     token = ApiToken.objects.create(user=member, name="walk", key_hash="0" * 64, prefix="npu_walk")
     # An open invitation, so /invite/<secret>/ is walked as a page that answers, not only as a 410.
@@ -99,6 +101,7 @@ def site(demo, user_factory, isolated_api_state) -> dict[str, object]:
         "app_label": "devices",
         "url": "nowhere/",
         "secret": "walk-secret",
+        "username": "walked",
     }
     assert Team.objects.filter(name=team.name).exists()
     return {"objects": objects, "member": member, "admin": admin}

@@ -102,14 +102,56 @@ class TeamUsageSerializer(serializers.Serializer):
 class MemberSerializer(serializers.ModelSerializer):
     username = serializers.CharField(source="user.username")
     full_name = serializers.SerializerMethodField()
+    max_devices = serializers.FloatField(
+        allow_null=True, help_text="at most this many cards at once (null: no limit beyond the team's)"
+    )
+    max_jobs = serializers.IntegerField(allow_null=True, help_text="at most this many jobs at once (null: no limit)")
+    limits = serializers.SerializerMethodField(help_text="the limits in words")
 
     class Meta:
         model = Membership
-        fields = ["username", "full_name", "role"]
+        fields = ["username", "full_name", "role", "max_devices", "max_jobs", "limits"]
         read_only_fields = fields
 
     def get_full_name(self, obj: Membership) -> str:
         return obj.user.get_full_name()
+
+    def get_limits(self, obj: Membership) -> str:
+        from quotas.tenancy.members import limits_text
+
+        return limits_text(obj)
+
+
+class MemberAddSerializer(fields.InputSerializer):
+    """Checked by the service (``quotas.tenancy.members``); typed here for the schema."""
+
+    who = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="a username, or an e-mail address to invite"
+    )
+    role = serializers.CharField(required=False, default="member", help_text="member (default) or lead")
+
+
+class MemberAddedSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="what was done, in words")
+    member = MemberSerializer(allow_null=True, help_text="the new member (null when an e-mail address was invited)")
+    invited = serializers.CharField(allow_null=True, help_text="the e-mail address invited, if one was")
+
+
+class MemberChangeSerializer(fields.InputSerializer):
+    """Any of the three; a limit left out stays as it is, null lifts it."""
+
+    role = serializers.CharField(required=False, help_text="member or lead")
+    max_devices = serializers.JSONField(
+        required=False, allow_null=True, help_text="cards at once, from 1 to the team's maximum; null for no limit"
+    )
+    max_jobs = serializers.JSONField(
+        required=False, allow_null=True, help_text="jobs at once, a whole number; null for no limit"
+    )
+
+
+class MemberChangedSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="what was done, in words")
+    member = MemberSerializer()
 
 
 class TeamDetailSerializer(TeamSerializer):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -26,6 +28,10 @@ from quotas.api.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
     ApiTokenSerializer,
+    MemberAddedSerializer,
+    MemberAddSerializer,
+    MemberChangedSerializer,
+    MemberChangeSerializer,
     MemberSerializer,
     PolicyActivateSerializer,
     PolicyCreatedSerializer,
@@ -53,6 +59,7 @@ from quotas.policies import requests as quota_requests
 from quotas.policies.requests import RequestError, file_request, visible_requests
 from quotas.policies.team_policy import NON_FIELD, TeamChangeError, change_team, team_overview
 from quotas.policies.versions import ActivePolicy, activate_version, active_policy, cluster_facts, create_version
+from quotas.tenancy.members import MemberError, add_member, remove_member, set_limits, set_role
 from scheduling.engine.policy import (
     PolicyError,
     PolicyIssue,
@@ -218,14 +225,122 @@ class TeamViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
         return Response(body)
 
     @extend_schema(
-        summary="The team's members (leads and admins)",
+        methods=["GET"],
+        summary="The team's members, with their roles and limits (leads and admins)",
         responses={200: MemberSerializer(many=True), **error_responses(401, 403, 404)},
     )
-    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    @extend_schema(
+        methods=["POST"],
+        summary="Add a member by username, or invite an e-mail address (leads and admins)",
+        description=(
+            "An address without an account is invited: they join at their first sign-in with it, or through "
+            "the link in `detail` (valid 14 days; e-mailed where mail is set up). A team the policy runs from "
+            "the directory refuses it (`team`): change its group there."
+        ),
+        request=MemberAddSerializer,
+        responses={201: MemberAddedSerializer, **error_responses(400, 401, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["get", "post"], filterset_class=None, pagination_class=None)
     def members(self, request: Request, name: str | None = None) -> Response:
         team = self.get_object()
         require_lead(request.user, team)
-        return Response(MemberSerializer(team.memberships.select_related("user"), many=True).data)
+        if request.method == "GET":
+            return Response(MemberSerializer(team.memberships.select_related("user").order_by("pk"), many=True).data)
+        incoming = MemberAddSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        who = data["who"].strip()
+        before = set(team.memberships.values_list("pk", flat=True))
+        try:
+            text = add_member(
+                request.user,
+                team,
+                who,
+                data["role"],
+                link_for=lambda secret: request.build_absolute_uri(reverse("team-invitation", args=[secret])),
+            )
+        except MemberError as exc:
+            raise _member_refusal(exc) from exc
+        added = team.memberships.select_related("user").exclude(pk__in=before).first()
+        body = {
+            "detail": text,
+            "member": MemberSerializer(added).data if added is not None else None,
+            "invited": None if added is not None else who.lower(),
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        methods=["PATCH"],
+        summary="Change a member's role or limits (leads and admins)",
+        description=(
+            "Any of `role`, `max_devices`, `max_jobs`; a limit left out stays, null lifts it. The engine holds "
+            "a job past a member's limits with `MemberLimit`. Roles are the directory's on a directory team; "
+            "limits stay the lead's there."
+        ),
+        request=MemberChangeSerializer,
+        responses={200: MemberChangedSerializer, **error_responses(400, 401, 403, 404, 409)},
+    )
+    @extend_schema(
+        methods=["DELETE"],
+        summary="Remove a member; their jobs and history stay the team's (leads and admins)",
+        responses={200: MemberChangedSerializer, **error_responses(400, 401, 403, 404, 409)},
+    )
+    @action(
+        detail=True,
+        methods=["patch", "delete"],
+        url_path=r"members/(?P<username>[^/]+)",
+        filterset_class=None,
+        pagination_class=None,
+    )
+    def member(self, request: Request, name: str | None = None, username: str | None = None) -> Response:
+        team = self.get_object()
+        require_lead(request.user, team)
+        membership = team.memberships.select_related("user").filter(user__username=username).first()
+        if membership is None:
+            raise NotFound(f"{username} is not a member of {team.name}")
+        try:
+            if request.method == "DELETE":
+                text = remove_member(request.user, team, membership.pk)
+                return Response({"detail": text, "member": MemberSerializer(membership).data})
+            incoming = MemberChangeSerializer(data=request.data)
+            incoming.is_valid(raise_exception=True)
+            data = incoming.validated_data
+            texts = [] if data else [f"Nothing to change for {membership.user.get_username()}."]
+            with transaction.atomic():  # both or neither
+                if "role" in data:
+                    texts.append(set_role(request.user, team, membership.pk, data["role"]))
+                if "max_devices" in data or "max_jobs" in data:
+                    texts.append(
+                        set_limits(
+                            request.user,
+                            team,
+                            membership.pk,
+                            _limit_input(data.get("max_devices", membership.max_devices)),
+                            _limit_input(data.get("max_jobs", membership.max_jobs)),
+                        )
+                    )
+        except MemberError as exc:
+            raise _member_refusal(exc) from exc
+        membership.refresh_from_db()
+        return Response({"detail": " ".join(texts), "member": MemberSerializer(membership).data})
+
+
+def _member_refusal(exc: MemberError) -> Exception:
+    """409 for a change the team's state refuses (its only lead, already in it, run by the directory), else 400."""
+    details = {key: [message] for key, message in exc.errors.items()}
+    return Conflict(details) if exc.conflict else ValidationError(details)
+
+
+def _limit_input(value: object) -> object:
+    """A limit from JSON as the service reads it: null is no limit (empty), a number its text; anything
+    else as it came, so the service names it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return value if isinstance(value, str) else str(value)
 
 
 def _nested_errors(errors: dict[str, str]) -> dict[str, Any]:

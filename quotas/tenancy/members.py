@@ -38,11 +38,16 @@ MAX_LIMIT_JOBS = 100_000
 
 
 class MemberError(ValueError):
-    """A refused change, every field at once: ``errors`` maps the field to why."""
+    """A refused change, every field at once: ``errors`` maps the field to why.
 
-    def __init__(self, errors: dict[str, str]) -> None:
+    ``conflict``: the request was well formed but the team's state refuses it (its only lead, someone
+    already in it, a team the directory runs); the API answers 409 to those, 400 to the rest.
+    """
+
+    def __init__(self, errors: dict[str, str], *, conflict: bool = False) -> None:
         super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
         self.errors = errors
+        self.conflict = conflict
 
 
 def may_manage(user: Any, team: Team) -> bool:
@@ -56,7 +61,10 @@ def _check(actor: Any, team: Team, *, membership: bool) -> None:
     if not may_manage(actor, team):
         raise MemberError({"team": f"only the leads of {team.name} (and admins) may change its members"})
     if membership and is_directory_team(team.name):
-        raise MemberError({"team": f"{team.name}'s members come from the directory; change its group there, not here"})
+        raise MemberError(
+            {"team": f"{team.name}'s members come from the directory; change its group there, not here"},
+            conflict=True,
+        )
 
 
 def _audit(actor: Any, action: str, team: Team, detail: str) -> None:
@@ -94,7 +102,7 @@ def add_member(
     with transaction.atomic():
         _, created = Membership.objects.get_or_create(user=user, team=team, defaults={"role": role})
         if not created:
-            raise MemberError({"who": f"{user.get_username()} is already in {team.name}"})
+            raise MemberError({"who": f"{user.get_username()} is already in {team.name}"}, conflict=True)
         _audit(actor, "team.member_add", team, f"added {user.get_username()} as {role}")
     return f"{user.get_username()} is now a {role} of {team.name}."
 
@@ -121,7 +129,7 @@ def invite(
             defaults={"role": role, "invited_by": actor, "token_hash": token_hash(secret)},
         )
         if not created:
-            raise MemberError({"who": f"{email} is already invited to {team.name}"})
+            raise MemberError({"who": f"{email} is already invited to {team.name}"}, conflict=True)
         _audit(actor, "team.invite", team, f"invited {email} as {role}")
     text = f"{email} is invited: they join {team.name} as {role} when they first sign in with that address."
     if link_for is None:
@@ -192,7 +200,7 @@ def remove_member(actor: AbstractBaseUser, team: Team, membership_id: object) ->
     membership = _membership(team, membership_id)
     name = membership.user.get_username()
     if membership.role == Membership.Role.LEAD and not team.memberships.filter(role="lead").exclude(pk=membership.pk):
-        raise MemberError({"member": f"{name} is the team's only lead; make someone else lead first"})
+        raise MemberError({"member": f"{name} is the team's only lead; make someone else lead first"}, conflict=True)
     with transaction.atomic():
         membership.delete()
         _audit(actor, "team.member_remove", team, f"removed {name} (their jobs and history stay the team's)")
@@ -207,7 +215,7 @@ def set_role(actor: AbstractBaseUser, team: Team, membership_id: object, role: o
     if membership.role == role:
         return f"{membership.user.get_username()} is already {role}."
     if role == Membership.Role.MEMBER and not team.memberships.filter(role="lead").exclude(pk=membership.pk):
-        raise MemberError({"role": "the team would have no lead; make someone else lead first"})
+        raise MemberError({"role": "the team would have no lead; make someone else lead first"}, conflict=True)
     with transaction.atomic():
         before = membership.role
         membership.role = str(role)
