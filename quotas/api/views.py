@@ -315,8 +315,8 @@ class TeamViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
                             request.user,
                             team,
                             membership.pk,
-                            _limit_input(data.get("max_devices", membership.max_devices)),
-                            _limit_input(data.get("max_jobs", membership.max_jobs)),
+                            data.get("max_devices", membership.max_devices),  # null: no limit
+                            data.get("max_jobs", membership.max_jobs),
                         )
                     )
         except MemberError as exc:
@@ -329,18 +329,6 @@ def _member_refusal(exc: MemberError) -> Exception:
     """409 for a change the team's state refuses (its only lead, already in it, run by the directory), else 400."""
     details = {key: [message] for key, message in exc.errors.items()}
     return Conflict(details) if exc.conflict else ValidationError(details)
-
-
-def _limit_input(value: object) -> object:
-    """A limit from JSON as the service reads it: null is no limit (empty), a number its text; anything
-    else as it came, so the service names it."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return value if isinstance(value, str) else str(value)
 
 
 def _nested_errors(errors: dict[str, str]) -> dict[str, Any]:

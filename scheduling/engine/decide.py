@@ -631,6 +631,7 @@ class Tick:
                 duration = run_time.expected(job) or 0.0
                 rank = bisect_left(shadows, now + duration) if duration > 0 else -1
             else:
+                duration = 0.0  # (read below only once a hold exists)
                 rank = 0
             hit = memo.get(rank)
             version = self.free_memo.version
@@ -644,7 +645,7 @@ class Tick:
                 if (
                     (hit.version == version or hit.epoch == epoch)
                     and (not reserved or hit.version == version or self._still_fits(hit, group.cls, need))
-                    and (not hit.held or self._retry(job, need, ledger, hit.looked) is not None)
+                    and (not hit.held or self._retry(need, ledger, duration, hit.looked) is not None)
                 ):
                     waiting[jid] = hit.wait
                     continue
@@ -658,7 +659,7 @@ class Tick:
             ):
                 # The group's last stable wait is every job's while the epoch stands, whatever holds
                 # it ends before, if its own placements are failures known too (tick_memo).
-                tried = self._retry(job, need, ledger, wide.looked)
+                tried = self._retry(need, ledger, duration, wide.looked)
                 if tried is not None:
                     wait = waiting[jid] = wide.wait
                     entry = memo[rank] = MemoWait(
@@ -1104,7 +1105,7 @@ class Tick:
                 # A held card given a slice becomes a sliced card with room left, visible to plain
                 # placement: the free state grew for slices. Whole cards given away leave the
                 # free cards as they were and the holds smaller, so the failed placements and
-                # the stable waits stand (they tried no held cards).
+                # the stable waits stand (a job given one makes its held-card tries again).
                 self.free_memo.find_fail.clear()
                 self.free_memo.epoch += 1
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
@@ -1121,17 +1122,16 @@ class Tick:
                 bucket[pool] = None
                 chip_state.dirty.add(pool.key)
 
-    def _retry(self, job: JobState, need: Need, ledger: TeamLedger, looked: tuple[str, ...]) -> bool | None:
-        """Step 4e for ``job`` from the memo of failed placements, on the chip models a remembered
-        wait looked at (``MemoWait.looked``): if each placement, on free cards and on the held
-        cards ``job`` ends before, is a failure the memo knows, the failed tries are made (as
+    def _retry(self, need: Need, ledger: TeamLedger, duration: float, looked: tuple[str, ...]) -> bool | None:
+        """Step 4e for a job of ``duration`` from the memo of failed placements, on the chip models a
+        remembered wait looked at (``MemoWait.looked``): if each placement, on free cards and on the
+        held cards the job ends before, is a failure the memo knows, the failed tries are made (as
         :meth:`find_with_hold` would) and the answer is whether it tried held cards; else ``None``
         and nothing done (the job is placed in full).
         """
         holds = self.holds
         find_fail = self.free_memo.find_fail
         hold_fail = self.free_memo.hold_fail
-        duration = -1.0
         units = need.units
         plan: list[tuple[str, list[Hold]]] = []
         for chip in looked:
@@ -1140,8 +1140,6 @@ class Tick:
             held = holds.get(chip)
             if held is None:
                 continue
-            if duration < 0:
-                duration = run_time.expected(job) or 0.0
             usable, which = self._usable_holds(chip, held, duration, ledger, units[chip])
             if not usable:
                 continue
