@@ -124,7 +124,7 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
-from scheduling.engine.tick_memo import MemoWait, ShadowMemo, TickMemo
+from scheduling.engine.tick_memo import MemoWait, ShadowMemo, TickMemo, covered
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -293,6 +293,11 @@ class Tick:
         self._starving_count: dict[str, int] = {}
         #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
         #: usable holds by (shadow times passed, within guarantee) (see :meth:`_usable_holds`).
+        #: Per chip model, the last failed held-card try made again (``_tried_in_vain``): its holds
+        #: and the chip's ``moves`` after it.
+        self._vain: dict[str, tuple[list[Hold], int]] = {}
+        #: Chip-model lists whose starving holds are all taken (they only fill up in a tick).
+        self._holds_full: set[tuple[str, ...]] = set()
         self._usable_cache: dict[str, tuple[list[float], bool, dict[tuple[int, bool], tuple[list[Hold], int]]]] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
@@ -1087,9 +1092,12 @@ class Tick:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow
         times; ``which``: their mask, as :meth:`_usable_holds` gives it)."""
         state = self.state
-        key = (need, chip, which)
-        if key in self.free_memo.hold_fail:
-            self._tried_in_vain(chip, usable)  # known not to fit: the free cards and the holds only shrink
+        key = (need, chip)
+        failed = self.free_memo.hold_fail.get(key)
+        if failed is not None and covered(which, failed):
+            # Known not to fit: the free cards and the holds only shrink, and these holds are
+            # some of those a failed try had (fewer cards fit no more).
+            self._tried_in_vain(chip, usable)
             return None
         # The holds' cards are lent to this one placement; what it does not start on is held again.
         with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable]) as lent:
@@ -1099,15 +1107,11 @@ class Tick:
         for hold, kept in zip(usable, lent.kept, strict=True):
             hold.free_now = kept
         if placement is None:
-            self.free_memo.hold_fail.add(key)
+            if failed is None:
+                self.free_memo.hold_fail[key] = [which]
+            else:
+                failed.append(which)
         else:
-            if placement.template is not None:
-                # A held card given a slice becomes a sliced card with room left, visible to plain
-                # placement: the free state grew for slices. Whole cards given away leave the
-                # free cards as they were and the holds smaller, so the failed placements and
-                # the stable waits stand (a job given one makes its held-card tries again).
-                self.free_memo.find_fail.clear()
-                self.free_memo.epoch += 1
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
 
@@ -1115,12 +1119,19 @@ class Tick:
         """What a failed try on the ``usable`` holds' cards leaves behind: releasing and re-taking
         the held cards moves their pools to the end of their buckets, which later placements see."""
         chip_state = self.state.chips[chip]
+        last = self._vain.get(chip)
+        if last is not None and last[0] is usable and last[1] == chip_state.moves:
+            # The same pools, moved to the end in the same order, and nothing moved since: they
+            # are where this would put them (the moves of a list in order are idempotent).
+            return
         for hold in usable:
             for pool, _ in hold.free_now:
                 bucket = chip_state.buckets[pool.key]
                 del bucket[pool]
                 bucket[pool] = None
                 chip_state.dirty.add(pool.key)
+        chip_state.moves += 1
+        self._vain[chip] = (usable, chip_state.moves)
 
     def _retry(self, need: Need, ledger: TeamLedger, duration: float, looked: tuple[str, ...]) -> bool | None:
         """Step 4e for a job of ``duration`` from the memo of failed placements, on the chip models a
@@ -1143,7 +1154,8 @@ class Tick:
             usable, which = self._usable_holds(chip, held, duration, ledger, units[chip])
             if not usable:
                 continue
-            if (need, chip, which) not in hold_fail:
+            failed = hold_fail.get((need, chip))
+            if failed is None or not covered(which, failed):
                 return None
             plan.append((chip, usable))
         for chip, usable in plan:
@@ -1165,12 +1177,18 @@ class Tick:
         tmpl = placement.template
         cards: list[tuple[Pool, int, VnpuTemplate | None]] = [(pool, i, tmpl) for pool, i in placement.cards]
         if tmpl is not None:  # a slice on a held card: the card stays held (it ends before the shadow)
+            lends = False
             for hold in self.holds.get(chip, ()):
                 for pool, i, _ in cards:
                     if pool.devs[i].id in hold.devices:
                         state.hide_slices(pool, i)
                         if (pool, i) not in hold.sliced_now:
                             hold.sliced_now.append((pool, i))
+                            lends = True
+            if lends:
+                # A hold whose cards were busy or another's may now lend this card's room left to
+                # a slice: for slices, holds did not only shrink.
+                self.free_memo.slices_lent(chip)
         duration = run_time.expected(job) or 0.0
         # Without an estimate or a max the job has no known end, as expected_end says once it runs.
         end = self.now + duration if duration > 0 else math.inf
@@ -1304,10 +1322,15 @@ class Tick:
         # start time to show: the hold stays (it keeps nothing from a job that ends), no estimate.
         return reasons.RESOURCES, "", at if at < math.inf else None
 
-    def _starving_holds_full(self, chips: tuple[str, ...] | list[str]) -> bool:
+    def _starving_holds_full(self, chips: tuple[str, ...]) -> bool:
         """Whether every chip model in ``chips`` has :data:`MAX_HOLDS_PER_CHIP` starving holds."""
+        if chips in self._holds_full:  # (asked once per starving job: most are past the first few)
+            return True
         counts = self._starving_count
-        return all(counts.get(c, 0) >= MAX_HOLDS_PER_CHIP for c in chips)
+        if all(counts.get(c, 0) >= MAX_HOLDS_PER_CHIP for c in chips):
+            self._holds_full.add(chips)
+            return True
+        return False
 
     def _starving_blocked(self, job: JobState, need: Need, chips: list[str]) -> tuple[str, str, float | None]:
         """4g for a starving job: a hold of its own at its shadow time, even where others hold cards.

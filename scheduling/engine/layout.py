@@ -197,6 +197,9 @@ class Chip:
     free0: float = 0.0
     #: Buckets changed since the tick began (the next tick rebuilds only these from ``members``).
     dirty: set[int] = field(default_factory=set)
+    #: Bumped whenever a pool changes place in the buckets (placement walks them in order): a
+    #: tick's memo of failed held-card tries knows from it that their moves were the last ones.
+    moves: int = 0
     #: Lookup tables: ``picks[(gid, free, n)]`` = (card indices, their mask) best fit takes (see :meth:`pick`).
     picks: dict[tuple[int, int, int], tuple[tuple[int, ...], int] | None] = field(default_factory=dict)
     #: Group layouts seen on this chip -> (gid, shared bucket-key table).
@@ -227,6 +230,7 @@ class Chip:
             del self.buckets[old][pool]
             counts[old // width] -= 1
         self.buckets[new][pool] = None
+        self.moves += 1
         pool.key = new
         g = new // width
         counts[g] += 1

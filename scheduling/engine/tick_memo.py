@@ -13,7 +13,10 @@ when that fact stops holding:
   preemption). A wait remembered at a version holds while it stands.
 * ``find_fail`` / ``hold_fail`` — placements that failed. Free cards only
   shrink during a tick, so a shape that does not fit now does not fit later in
-  the tick; :meth:`TickMemo.free_grew` forgets them when cards come back.
+  the tick; :meth:`TickMemo.free_grew` forgets them when cards come back. Holds
+  only shrink too, so a try on some of the holds a failed try had fails as well
+  — except for slices when a card several holds claim is given one
+  (:meth:`TickMemo.slices_lent`).
 * ``epoch`` — bumped when a hold is added or the failed placements are
   forgotten: a *stable* wait (one that tried no victims, ``stable``) holds
   across starts while the epoch stands.
@@ -103,9 +106,10 @@ class TickMemo:
         #: ``(need, chip)`` whose placement failed (a held card given a slice has room for
         #: more: a start on held cards clears it).
         self.find_fail: set[tuple[Need, str]] = set()
-        #: Same for placements that may use some holds' cards (keyed by a mask of those holds'
-        #: places in their chip model's list; the holds only shrink too).
-        self.hold_fail: set[tuple[Need, str, int]] = set()
+        #: Same for placements that may use some holds' cards: per ``(need, chip)`` the masks of
+        #: those holds' places in their chip model's list. The holds only shrink too, and fewer
+        #: holds' cards fit no more, so a mask within a failed one fails as well (:func:`covered`).
+        self.hold_fail: dict[tuple[Need, str], list[int]] = {}
 
     def free_grew(self) -> None:
         """Cards came back to the free state mid-tick: forget what assumed it only shrinks."""
@@ -113,6 +117,17 @@ class TickMemo:
         self.hold_fail.clear()
         self.epoch += 1
         self.version += 1
+
+    def slices_lent(self, chip: str) -> None:
+        """A hold on ``chip`` lends a sliced card it did not: forget failed slice tries on its holds.
+
+        A card several holds claim (a later starving job's hold takes it after an earlier one's
+        job) given a slice through one hold becomes a sliced card of them all. Whole cards are
+        unaffected (a sliced card is not free).
+        """
+        fail = self.hold_fail
+        for key in [key for key in fail if key[1] == chip and key[0].template is not None]:
+            del fail[key]
 
     def set_aside(self) -> SetAside:
         """``with memo.set_aside():`` failed placements start empty inside and come back after.
@@ -122,6 +137,14 @@ class TickMemo:
         them says nothing about the others.
         """
         return SetAside(self)
+
+
+def covered(which: int, failed: list[int]) -> bool:
+    """Whether the holds of mask ``which`` are all among those of one of the ``failed`` masks."""
+    for mask in failed:
+        if which & ~mask == 0:
+            return True
+    return False
 
 
 class SetAside:
@@ -136,7 +159,7 @@ class SetAside:
 
     def __enter__(self) -> None:
         self.memo.find_fail = set()
-        self.memo.hold_fail = set()
+        self.memo.hold_fail = {}
 
     def __exit__(self, *exc: object) -> None:
         self.memo.find_fail = self.find_fail
