@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 
 from quotas.models import Policy
@@ -53,17 +54,20 @@ def test_dry_run_numbers_equal_a_direct_simulator_run(demo, api, user_factory) -
             "max: {devices: 12}\n        maxConcurrentJobs: 10", "max: {devices: 4}\n        maxConcurrentJobs: 10"
         )
     )
-    result = dry_run(current, candidate, days=7)
-    assert result["jobs"] >= 6
-    until = timezone.now()
-    rows = recorded_rows(until - timedelta(days=7), until)
-    start = until - timedelta(days=7)
-    run_a = run_simulation(rows, cluster_spec(), current, start=start, job_records=True)
-    run_b = run_simulation(rows, cluster_spec(), candidate, start=start, job_records=True)
+    # The dry run and the direct runs read the same window only if they read the same "now": the
+    # clock stands still for both (on a loaded machine the seconds between them moved the window).
+    with time_machine.travel(timezone.now(), tick=False):
+        result = dry_run(current, candidate, days=7)
+        assert result["jobs"] >= 6
+        until = timezone.now()
+        rows = recorded_rows(until - timedelta(days=7), until)
+        start = until - timedelta(days=7)
+        run_a = run_simulation(rows, cluster_spec(), current, start=start, job_records=True)
+        run_b = run_simulation(rows, cluster_spec(), candidate, start=start, job_records=True)
     direct_a, direct_b = run_a["policy"], run_b["policy"]
     for key in ("teams", "jobs", "preemption"):
-        assert result["current"][key] == direct_a[key]
-        assert result["candidate"][key] == direct_b[key]
+        for side, direct in (("current", direct_a), ("candidate", direct_b)):
+            assert result[side][key] == direct[key], _differing(result[side][key], direct[key])
     research = result["comparison"]["teams"]["research"]
     for key, metric in (("wait_p95_s", "p95"), ("wait_max_s", "max")):
         a, b = direct_a["teams"]["research"]["wait_s"][metric], direct_b["teams"]["research"]["wait_s"][metric]
@@ -171,3 +175,15 @@ def test_apply_dry_run_shows_what_a_starvation_guard_changes_over_the_last_7_day
     longest = result["comparison"]["overall"]["wait_max_s"]
     assert f"longest wait {longest['a']:.1f} → {longest['b']:.1f} s" in out
     assert Policy.objects.count() == 1, "a dry run stores nothing"
+
+
+def _differing(got: object, want: object, path: str = "") -> str:
+    """Where two nested values differ, for an assertion message pytest would otherwise truncate."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        parts = [
+            _differing(got.get(key), want.get(key), f"{path}.{key}")
+            for key in sorted(got.keys() | want.keys(), key=str)
+            if got.get(key) != want.get(key)
+        ]
+        return "; ".join(parts)
+    return f"{path or 'value'}: dry run {got!r}, direct run {want!r}"
