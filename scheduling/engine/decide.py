@@ -291,13 +291,13 @@ class Tick:
         self.starving: set[int] = set()
         #: Starving holds per chip model (at most :data:`MAX_HOLDS_PER_CHIP`).
         self._starving_count: dict[str, int] = {}
-        #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
-        #: usable holds by (shadow times passed, within guarantee) (see :meth:`_usable_holds`).
         #: Per chip model, the last failed held-card try made again (``_tried_in_vain``): its holds
         #: and the chip's ``moves`` after it.
         self._vain: dict[str, tuple[list[Hold], int]] = {}
         #: Chip-model lists whose starving holds are all taken (they only fill up in a tick).
         self._holds_full: set[tuple[str, ...]] = set()
+        #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
+        #: usable holds by (shadow times passed, within guarantee) (see :meth:`_usable_holds`).
         self._usable_cache: dict[str, tuple[list[float], bool, dict[tuple[int, bool], tuple[list[Hold], int]]]] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()

@@ -103,8 +103,8 @@ class TickMemo:
         #: and whether it tried held cards on one of them.
         self.looked: list[str] = []
         self.held = False
-        #: ``(need, chip)`` whose placement failed (a held card given a slice has room for
-        #: more: a start on held cards clears it).
+        #: ``(need, chip)`` whose placement failed (a held card given a slice stays hidden from
+        #: plain placement, so a start on held cards leaves it as it is).
         self.find_fail: set[tuple[Need, str]] = set()
         #: Same for placements that may use some holds' cards: per ``(need, chip)`` the masks of
         #: those holds' places in their chip model's list. The holds only shrink too, and fewer
