@@ -110,23 +110,67 @@ def shadow(
     ``floor``: a time before which ``need`` is known not to fit (``tick_memo.ShadowMemo``);
     releases before it are applied without trying to place the job.
     """
-    chip = state.chips[chip_name]
-    tmpl = need.templates.get(chip_name) if need.template else None
-    multi = tmpl is None and need.whole > chip.size
-    # The replay's free masks: of every pool for a multi-node gang, else of the pools a
-    # release touched so far (the rest are as they are now: ``pool.free``).
-    free = {pool: pool.free for pool in chip.pools} if multi else {}
-    used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus, slices/whole count
-    # A card is free once all its occupants have ended: count them down.
-    holders: dict[tuple[Pool, int], int] = {}
-    card_jobs = state.card_jobs
-    release_list = releases
-    full_mask = (1 << chip.size) - 1
-    full: list[Pool] = [p for p in chip.pools if p.size == chip.size and free[p] == full_mask] if multi else []
-    want = need.whole // chip.size if multi else 0
-    for rel in release_list:
+    replay = Replay(state, need, chip_name, floor)
+    for rel in releases:
+        found = replay.step(rel.at, rel.cards)
+        if found is not None:
+            return rel.at, found
+    return None
+
+
+class Replay:
+    """The walk of :func:`shadow`, one release at a time (:meth:`step`).
+
+    Apart from :func:`shadow` so that a caller may feed it releases from a stream of its own
+    without a generator between (the starving jobs' replays: ``decide.Tick.replay``).
+    """
+
+    __slots__ = (
+        "card_jobs",
+        "chip",
+        "chip_name",
+        "floor",
+        "free",
+        "full",
+        "full_mask",
+        "holders",
+        "multi",
+        "need",
+        "tmpl",
+        "used",
+        "want",
+    )
+
+    def __init__(self, state: ClusterState, need: Need, chip_name: str, floor: float = -math.inf) -> None:
+        chip = state.chips[chip_name]
+        self.chip = chip
+        self.chip_name = chip_name
+        self.need = need
+        self.floor = floor
+        self.tmpl = tmpl = need.templates.get(chip_name) if need.template else None
+        self.multi = multi = tmpl is None and need.whole > chip.size
+        # The replay's free masks: of every pool for a multi-node gang, else of the pools a
+        # release touched so far (the rest are as they are now: ``pool.free``).
+        self.free: dict[Pool, int] = {pool: pool.free for pool in chip.pools} if multi else {}
+        self.used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus, slices/whole count
+        # A card is free once all its occupants have ended: count them down.
+        self.holders: dict[tuple[Pool, int], int] = {}
+        self.card_jobs = state.card_jobs
+        self.full_mask = full_mask = (1 << chip.size) - 1
+        free = self.free
+        self.full: list[Pool] = [p for p in chip.pools if p.size == chip.size and free[p] == full_mask] if multi else []
+        self.want = need.whole // chip.size if multi else 0
+
+    def step(self, at: float, cards: list[tuple[Pool, int, int, int, int, bool]]) -> list[int] | None:
+        """Apply the release of ``cards`` at ``at``; the devices ``need`` takes if it fits now."""
+        chip_name = self.chip_name
+        tmpl = self.tmpl
+        free = self.free
+        used = self.used
+        holders = self.holders
+        card_jobs = self.card_jobs
         touched: list[Pool] = []
-        for pool, i, cores, mem, cpus, whole in rel.cards:
+        for pool, i, cores, mem, cpus, whole in cards:
             if pool.chip != chip_name:
                 continue
             key = (pool, i)
@@ -148,20 +192,21 @@ def shadow(
                 used[key] = [0, 0, 0]
             touched.append(pool)
         if not touched:
-            continue
-        if multi:
+            return None
+        if self.multi:
+            full = self.full
+            full_mask = self.full_mask
+            size = self.chip.size
             for pool in touched:
-                if free[pool] == full_mask and pool.size == chip.size and pool not in full:
+                if free[pool] == full_mask and pool.size == size and pool not in full:
                     full.append(pool)
+            want = self.want
             if len(full) >= want:
-                return rel.at, [p.devs[i].id for p in full[:want] for i in range(p.size)]
-            continue
-        if rel.at < floor:
-            continue
-        found = _fits(chip, need, tmpl, free, used, touched, holders, card_jobs)
-        if found is not None:
-            return rel.at, found
-    return None
+                return [p.devs[i].id for p in full[:want] for i in range(p.size)]
+            return None
+        if at < self.floor:
+            return None
+        return _fits(self.chip, self.need, tmpl, free, used, touched, holders, card_jobs)
 
 
 def _fits(

@@ -89,13 +89,11 @@ import gc
 import heapq
 import math
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import date
-from functools import partial
 
 from scheduling.engine import array_throttle, dependency, member_limits, priority, reasons, run_time
-from scheduling.engine.backfill import Hold, Release, shadow
+from scheduling.engine.backfill import Hold, Release, Replay
 from scheduling.engine.capacity import EPS, ClusterState, Occupant, Pool, end_of
 from scheduling.engine.durations import format_duration
 from scheduling.engine.fairshare import user_factors
@@ -272,8 +270,10 @@ class Tick:
         #: The running jobs already leaving when the tick began (the preemptor starts from them).
         self._leaving = tuple(already)
         #: Occupants with cards started or newly leaving in this tick (their releases move), per
-        #: chip model: what a shadow replay of the model merges in.
+        #: chip model: what a shadow replay of the model merges in. Each is marked with this
+        #: tick's token (``Occupant.moved_in``): a replay skips its release among the running jobs'.
         self._changed_on: dict[str, list[Occupant]] = {}
+        self._token = object()
         for occ in already:
             self._change(occ)
         self.reservations = ReservationLedger(policy.reservations, state.chips, state.occupants.values())
@@ -364,6 +364,7 @@ class Tick:
     def _change(self, occ: Occupant) -> None:
         """``occ`` started or began to leave in this tick: its release moves."""
         if occ.cards:
+            occ.moved_in = self._token
             on = self._changed_on.get(occ.chip)
             if on is None:
                 self._changed_on[occ.chip] = [occ]
@@ -1307,7 +1308,7 @@ class Tick:
         self.free_memo.stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in fresh:
-            found = shadow(self.state, need, chip, self.releases(chip))
+            found = self.replay(need, chip)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], chip, found[1])
         if best is None:
@@ -1372,7 +1373,7 @@ class Tick:
             return found
         from_no_fit = (need, chip) in self.free_memo.find_fail
         floor = memo.floor(chip, cards) if from_no_fit else -math.inf
-        found = shadow(self.state, need, chip, self.releases(chip), floor)
+        found = self.replay(need, chip, floor)
         memo.keep(chip, cards, found, from_no_fit)
         return found
 
@@ -1407,18 +1408,28 @@ class Tick:
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
         self.free_memo.epoch += 1
 
-    def releases(self, chip: str) -> Iterable[Release]:
-        """Expected card releases on ``chip``, in time order (for the shadow time).
+    def replay(self, need: Need, chip: str, floor: float = -math.inf) -> tuple[float, list[int]] | None:
+        """:func:`backfill.shadow` of ``need`` on ``chip`` over the chip's expected card releases.
 
-        The running jobs on the chip are sorted by expected end once per chip and
-        tick; their releases are built lazily, as far as the shadow replay reads.
-        Jobs started in this tick and newly leaving ones are merged in on each
-        call; cards promised to jobs in their grace are split off (a handful).
+        The releases come in time order, ties in this order:
+
+        * the running jobs on the chip, sorted by expected end once per chip and tick and built
+          as far as a replay reads (:class:`_Releases`), less those whose release moved in this
+          tick (``Occupant.moved_in``);
+        * this tick's starts and newly leaving jobs, in their order;
+        * free cards held for promises or starving holds, which come free when the last claim
+          on them ends.
+
+        A claimed card (a plan's or a promise's, or a starving hold's, busy until the held job
+        would end) comes free at the claim's end: it is split off its release into a piece at
+        that time, right after the release at equal times. The walk reads all of this in one
+        loop (:func:`_walk`) and stops at the first fit, as the shadow replay does.
         """
         # Only this chip model's cards are replayed: the claims on them (a plan's or a promise's
         # cards are all of one model, as are a hold's).
         claimed: dict[int, float] = {}
-        where = self.state.where
+        state = self.state
+        where = state.where
         for devices, free_at in self._claims.values():
             spot = where.get(devices[0]) if devices else None
             if spot is not None and spot[0].chip == chip:
@@ -1429,45 +1440,58 @@ class Tick:
             for dev in starved.devices:
                 if claimed.get(dev, -math.inf) < starved.until:
                     claimed[dev] = starved.until
-        release = partial(_release, self.now)
+        now = self.now
         bases = self._base_releases
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
-            bases.update(self.state.by_end(self.snapshot.running))
-        base = bases.get(chip, [])
-        changed = self._changed_on.get(chip, [])
-        if not changed and not claimed:
-            return map(release, base)
-        moved = {id(occ) for occ in changed}
-        if changed:
-            kept: Iterable[Occupant] = (occ for occ in base if id(occ) not in moved)
-        else:
-            kept = base
-        if not claimed:  # stable merge: ties keep running jobs first, then this tick's in order
-            return heapq.merge(map(release, kept), sorted(map(release, changed), key=_at), key=_at)
-        cache = self._base_rels.get(chip)
-        if cache is None:
-            cache = self._base_rels[chip] = _Releases(base, self.now)
-        held = [
-            Release(self._claims[jid][1], [(pool, i, 0, 0, 0, True) for i in range(pool.size) if mask >> i & 1])
-            for jid, kept_promise in self.promised.items()
-            for pool, mask in kept_promise.free_now
-            if pool.chip == chip
-        ]
-        if starving:
-            # A free card held now comes free when the last claim on it ends: a later starving
-            # job's hold may have claimed it after the job it is held for (``claimed`` is the latest).
-            late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
-            for rel in held:
-                for card in rel.cards:
-                    late.setdefault(claimed[card[0].devs[card[1]].id], []).append(card)
-            for starved in starving:
-                for pool, mask in starved.free_now:
-                    if pool.chip == chip:
-                        for i in range(pool.size):
-                            if mask >> i & 1:
-                                late.setdefault(claimed[pool.devs[i].id], []).append((pool, i, 0, 0, 0, True))
-            held = [Release(at, cards) for at, cards in sorted(late.items())]
-        return _split_claimed(cache.kept(moved), changed, claimed, release, self.state, held)
+            bases.update(state.by_end(self.snapshot.running))
+        base = self._base_rels.get(chip)
+        if base is None:
+            base = self._base_rels[chip] = _Releases(bases.get(chip, []), now)
+        mark: object | None = None
+        if claimed:  # the running jobs with a claimed card: their releases are split
+            mark = object()
+            card_jobs = state.card_jobs
+            occupants = state.occupants
+            for dev in claimed:
+                for jid in card_jobs.get(dev, ()):
+                    occ = occupants.get(jid)
+                    if occ is not None:
+                        occ.claimed_in = mark
+        first = float(1 << 40)  # positions of this tick's releases come after every running job's
+        extra: list[tuple[float, float, Release]] = []
+        for k, occ in enumerate(self._changed_on.get(chip, [])):
+            rel = _release(now, occ)
+            if claimed and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
+                now_part, late_parts = _pieces(rel, claimed)
+                extra.append((rel.at, first + k, now_part))
+                extra.extend((late_part.at, first + k + 0.5, late_part) for late_part in late_parts)
+            else:
+                extra.append((rel.at, first + k, rel))
+        if claimed:
+            held = [
+                Release(self._claims[jid][1], [(pool, i, 0, 0, 0, True) for i in range(pool.size) if mask >> i & 1])
+                for jid, kept_promise in self.promised.items()
+                for pool, mask in kept_promise.free_now
+                if pool.chip == chip
+            ]
+            if starving:
+                # A free card held now comes free when the last claim on it ends: a later starving
+                # job's hold may have claimed it after the job it is held for (``claimed`` is the latest).
+                late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
+                for rel in held:
+                    for card in rel.cards:
+                        late.setdefault(claimed[card[0].devs[card[1]].id], []).append(card)
+                for starved in starving:
+                    for pool, mask in starved.free_now:
+                        if pool.chip == chip:
+                            for i in range(pool.size):
+                                if mask >> i & 1:
+                                    late.setdefault(claimed[pool.devs[i].id], []).append((pool, i, 0, 0, 0, True))
+                held = [Release(at, cards) for at, cards in sorted(late.items())]
+            # Free cards held for a promise come free when its job would end; after everything else.
+            extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
+        extra.sort(key=_at_pos)
+        return _walk(Replay(state, need, chip, floor), base, self._token, mark, claimed, extra)
 
 
 def _call_off(snapshot: Snapshot, out: Decisions) -> None:
@@ -1521,109 +1545,105 @@ class _Releases:
         self.now = now
         self.built: list[Release] = []
 
-    def kept(self, moved: set[int]) -> Iterator[Release]:
-        """The releases in order, without those of the occupants in ``moved`` (by ``id``)."""
+    def at(self, i: int) -> Release:
+        """The release of the ``i``-th running job (built on first read)."""
         built = self.built
-        occupants = self.occupants
-        n = len(occupants)
-        i = 0
-        while i < n:
-            if i == len(built):
-                built.append(_release(self.now, occupants[i]))
-            rel = built[i]
-            i += 1
-            if moved and id(rel.occupant) in moved:
-                continue
-            yield rel
+        if i == len(built):
+            built.append(_release(self.now, self.occupants[i]))
+        return built[i]
 
 
-def _split_claimed(
-    kept: Iterable[Release],
-    changed: list[Occupant],
+def _walk(
+    replay: Replay,
+    base: _Releases,
+    moved: object,
+    mark: object | None,
     claimed: dict[int, float],
-    release: Callable[[Occupant], Release],
-    state: ClusterState,
-    held: Iterable[Release] = (),
-) -> Iterator[Release]:
-    """Releases with the promised cards split off (busy until the promise ends), in time order.
+    extra: list[tuple[float, float, Release]],
+) -> tuple[float, list[int]] | None:
+    """Feed ``replay`` the releases in time order until the job fits: ``(time, devices)``, or ``None``.
 
-    The order is that of a stable sort by time of: the running jobs' releases
-    (already in time order), then this tick's, each followed by the piece of
-    its promised cards, then the free cards held for promises of earlier ticks
-    (``held``). Produced lazily: pieces wait in a heap keyed by
-    ``(time, position)`` until the running jobs' stream passes them.
+    The order is that of a sort by ``(time, position)`` of: the running jobs' releases
+    (``base``, already in time order, at their index), less those ``moved`` in this tick, each
+    split into the cards free then and a piece per time its claimed cards come free (at the
+    index + 0.5), and ``extra`` (this tick's releases and held cards, sorted, at positions after
+    every running job's). Pieces wait in a heap until the running jobs' stream passes them.
+    One loop and no generator between: a replay reads a few dozen releases, many times a tick.
     """
-    card_jobs = state.card_jobs
-    occupants = state.occupants
-    touched = {id(occupants[jid]) for dev in claimed for jid in card_jobs.get(dev, ()) if jid in occupants}
-
-    def pieces(rel: Release) -> tuple[Release, list[Release]]:
-        """The cards free at ``rel.at``, and the claimed ones, one piece per time they come free."""
-        now_cards = []
-        late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
-        for c in rel.cards:
-            free_at = claimed.get(c[0].devs[c[1]].id)
-            if free_at is None:
-                now_cards.append(c)
-            else:
-                at = max(rel.at, free_at)
-                cards = late.get(at)
-                if cards is None:
-                    late[at] = [c]
-                else:
-                    cards.append(c)
-        return Release(rel.at, now_cards, rel.occupant), [
-            Release(at, cards, rel.occupant) for at, cards in sorted(late.items())
-        ]
-
-    def running() -> Iterator[tuple[float, float, Release]]:
-        heap: list[tuple[float, float, Release]] = []
-        pos = 0
-        for pos, rel in enumerate(kept):
-            while heap and (heap[0][0], heap[0][1]) < (rel.at, pos):
-                yield heapq.heappop(heap)
-            if id(rel.occupant) in touched and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
-                now_part, late_parts = pieces(rel)
-                yield rel.at, pos, now_part
+    occupants = base.occupants
+    n = len(occupants)
+    heap: list[tuple[float, float, Release]] = []
+    ne = len(extra)
+    i = 0
+    k = 0
+    while True:
+        rel: Release | None = None
+        while i < n:
+            candidate = base.at(i)
+            occ = candidate.occupant
+            if occ is not None and occ.moved_in is moved:
+                i += 1
+                continue
+            rel = candidate
+            break
+        source = 0
+        at = math.inf
+        pos = math.inf
+        if rel is not None:
+            source, at, pos = 1, rel.at, float(i)
+        if heap:
+            top = heap[0]
+            if top[0] < at or (top[0] == at and top[1] < pos):
+                source, at, pos = 2, top[0], top[1]
+        if k < ne:
+            item = extra[k]
+            if item[0] < at or (item[0] == at and item[1] < pos):
+                source, at, pos = 3, item[0], item[1]
+        if source == 0:
+            return None
+        if source == 1:
+            assert rel is not None
+            i += 1
+            cards = rel.cards
+            occ = rel.occupant
+            if (
+                mark is not None
+                and occ is not None
+                and occ.claimed_in is mark
+                and any(c[0].devs[c[1]].id in claimed for c in cards)
+            ):
+                now_part, late_parts = _pieces(rel, claimed)
+                cards = now_part.cards
                 for late_part in late_parts:  # (distinct times: the heap never compares two releases)
                     heapq.heappush(heap, (late_part.at, pos + 0.5, late_part))
-            else:
-                yield rel.at, pos, rel
-        while heap:
-            yield heapq.heappop(heap)
-
-    first = 1 << 40  # positions of this tick's releases come after every running job's
-    extra: list[tuple[float, float, Release]] = []
-    for k, occ in enumerate(changed):
-        rel = release(occ)
-        if any(c[0].devs[c[1]].id in claimed for c in rel.cards):
-            now_part, late_parts = pieces(rel)
-            extra.append((rel.at, first + k, now_part))
-            extra.extend((late_part.at, first + k + 0.5, late_part) for late_part in late_parts)
+        elif source == 2:
+            cards = heapq.heappop(heap)[2].cards
         else:
-            extra.append((rel.at, first + k, rel))
-    # Free cards held for a promise come free when its job would end; after everything else.
-    extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
-    extra.sort(key=_at_pos)
-    # ``heapq.merge(running(), extra, key=_at_pos)`` written out (ties: the running stream first).
-    stream = running()
-    head = next(stream, None)
-    k = 0
-    n = len(extra)
-    while head is not None and k < n:
-        item = extra[k]
-        if item[0] < head[0] or (item[0] == head[0] and item[1] < head[1]):
-            yield item[2]
+            cards = extra[k][2].cards
             k += 1
+        found = replay.step(at, cards)
+        if found is not None:
+            return at, found
+
+
+def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Release]]:
+    """The cards of ``rel`` free at its time, and its claimed ones, one piece per time they come free."""
+    now_cards = []
+    late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
+    for c in rel.cards:
+        free_at = claimed.get(c[0].devs[c[1]].id)
+        if free_at is None:
+            now_cards.append(c)
         else:
-            yield head[2]
-            head = next(stream, None)
-    while head is not None:
-        yield head[2]
-        head = next(stream, None)
-    while k < n:
-        yield extra[k][2]
-        k += 1
+            at = max(rel.at, free_at)
+            cards = late.get(at)
+            if cards is None:
+                late[at] = [c]
+            else:
+                cards.append(c)
+    return Release(rel.at, now_cards, rel.occupant), [
+        Release(at, cards, rel.occupant) for at, cards in sorted(late.items())
+    ]
 
 
 def _at_pos(item: tuple[float, float, Release]) -> tuple[float, float]:

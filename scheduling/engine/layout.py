@@ -329,6 +329,11 @@ class Occupant(Record):
     sort_end: float = 0.0
     #: The cards as a shadow replay reads them (``backfill.Release.cards``), built on first use.
     release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None
+    #: Marks a shadow replay reads instead of a set of ids per replay (``decide.Tick.replay``):
+    #: the tick whose start or leave moved this job's release (its token), and the replay for
+    #: which some of its cards are claimed. Compared by identity, so a copy never matches.
+    moved_in: object | None = field(default=None, compare=False, repr=False)
+    claimed_in: object | None = field(default=None, compare=False, repr=False)
 
     # Written out, not generated: see record.py.
     def __init__(
@@ -345,6 +350,8 @@ class Occupant(Record):
         seq: int = 0,
         sort_end: float = 0.0,
         release_cards: list[tuple[Pool, int, int, int, int, bool]] | None = None,
+        moved_in: object | None = None,
+        claimed_in: object | None = None,
     ) -> None:
         self.job = job
         self.chip = chip
@@ -358,6 +365,8 @@ class Occupant(Record):
         self.seq = seq
         self.sort_end = sort_end
         self.release_cards = release_cards
+        self.moved_in = moved_in
+        self.claimed_in = claimed_in
 
 
 def inventory_fingerprint(nodes: list[NodeState]) -> list[object]:
