@@ -97,6 +97,10 @@ class Release(Record):
         self.occupant = occupant
 
 
+#: A card's count of occupants before a replay's release reaches it (``Replay.holders``).
+UNCOUNTED = -(1 << 40)
+
+
 def shadow(
     state: ClusterState,
     need: Need,
@@ -152,9 +156,10 @@ class Replay:
         # The replay's free masks: of every pool for a multi-node gang, else of the pools a
         # release touched so far (the rest are as they are now: ``pool.free``).
         self.free: dict[Pool, int] = {pool: pool.free for pool in chip.pools} if multi else {}
-        self.used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus, slices/whole count
-        # A card is free once all its occupants have ended: count them down.
-        self.holders: dict[tuple[Pool, int], int] = {}
+        self.used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus (slices only)
+        # A card is free once all its occupants have ended: count them down, per pool by card
+        # index (``UNCOUNTED`` until a release reaches the card).
+        self.holders: dict[Pool, list[int]] = {}
         self.card_jobs = state.card_jobs
         self.full_mask = full_mask = (1 << chip.size) - 1
         free = self.free
@@ -173,23 +178,27 @@ class Replay:
         for pool, i, cores, mem, cpus, whole in cards:
             if pool.chip != chip_name:
                 continue
-            key = (pool, i)
-            left = holders.get(key)
-            if left is None:
-                left = len(card_jobs.get(pool.devs[i].id, ()))
-            holders[key] = left = left - 1
-            if tmpl is not None and not whole:
-                u = used.get(key)
-                if u is None:
-                    u = used[key] = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
-                u[0] -= cores
-                u[1] -= mem
-                u[2] -= cpus
-            if pool not in free:
+            counts = holders.get(pool)
+            if counts is None:
+                counts = holders[pool] = [UNCOUNTED] * pool.size
                 free[pool] = pool.free
+            left = counts[i]
+            if left == UNCOUNTED:
+                left = len(card_jobs.get(pool.devs[i].id, ()))
+            counts[i] = left = left - 1
+            if tmpl is not None:
+                key = (pool, i)
+                if not whole:
+                    u = used.get(key)
+                    if u is None:
+                        u = used[key] = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
+                    u[0] -= cores
+                    u[1] -= mem
+                    u[2] -= cpus
+                if left <= 0 and pool.usable >> i & 1:
+                    used[key] = [0, 0, 0]
             if left <= 0 and pool.usable >> i & 1:
                 free[pool] |= 1 << i
-                used[key] = [0, 0, 0]
             touched.append(pool)
         if not touched:
             return None
@@ -216,7 +225,7 @@ def _fits(
     free: dict[Pool, int],
     used: dict[tuple[Pool, int], list[int]],
     touched: list[Pool],
-    holders: dict[tuple[Pool, int], int],
+    holders: dict[Pool, list[int]],
     card_jobs: dict[int, list[int]],
 ) -> list[int] | None:
     n = need.whole
@@ -236,8 +245,9 @@ def _fits(
                         u = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
                     else:
                         continue
-                left = holders.get((pool, i))
-                if left is None:
+                counts = holders.get(pool)
+                left = counts[i] if counts is not None else UNCOUNTED
+                if left == UNCOUNTED:
                     left = len(card_jobs.get(dev.id, ()))
                 whole_taken = left > 0 and not pool.slices[i]
                 if whole_taken:

@@ -88,7 +88,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import date
 
@@ -122,7 +122,7 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
-from scheduling.engine.tick_memo import MemoWait, ShadowMemo, TickMemo, covered
+from scheduling.engine.tick_memo import MemoWait, ShadowMemo, TickMemo, covered, passed
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -297,12 +297,15 @@ class Tick:
         #: Chip-model lists whose starving holds are all taken (they only fill up in a tick).
         self._holds_full: set[tuple[str, ...]] = set()
         #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
-        #: usable holds by (shadow times passed, within guarantee) (see :meth:`_usable_holds`).
-        self._usable_cache: dict[str, tuple[list[float], bool, dict[tuple[int, bool], tuple[list[Hold], int]]]] = {}
+        #: usable holds by 2 × shadow times passed + within guarantee (see :meth:`_usable_holds`).
+        self._usable_cache: dict[str, tuple[list[float], bool, dict[int, tuple[list[Hold], int]]]] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
-        #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id.
+        #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id,
+        #: and a count of their changes (what the claimed cards kept per chip model were built at).
         self._claims: dict[int, tuple[list[int], float]] = {}
+        self._claims_version = 0
+        self._claimed_on: dict[str, _Claimed] = {}
         #: Promises from earlier ticks still in force, by job id (see :meth:`_hold_promises`).
         self.promised: dict[int, _Promised] = {}
         #: Their cards as the tick began, for the victim search (``promised`` changes as jobs take
@@ -356,6 +359,7 @@ class Tick:
             self._promised_devices[jid] = frozenset(promise.devices)
             duration = run_time.expected(job) or math.inf
             self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
+            self._claims_version += 1
             spot = where.get(promise.devices[0]) if promise.devices else None
             if spot is not None:
                 units = float(len(promise.devices))
@@ -635,7 +639,7 @@ class Tick:
             # the answer also depends on which shadow times the job ends before.
             if holds:
                 duration = run_time.expected(job) or 0.0
-                rank = bisect_left(shadows, now + duration) if duration > 0 else -1
+                rank = passed(shadows, now + duration) if duration > 0 else -1
             else:
                 duration = 0.0  # (read below only once a hold exists)
                 rank = 0
@@ -783,6 +787,7 @@ class Tick:
         if len(self.out.starts) > starts:  # started: the promise is kept
             reservations.forget()  # its start moved the headrooms (a reserved class's use)
             self._claims.pop(jid, None)
+            self._claims_version += 1
             if self._preemptor is not None:
                 self._preemptor.claimed.difference_update(held.promise.devices)
         elif jid in self.promised:  # a new plan, its free cards held already (_hold_new)
@@ -791,6 +796,7 @@ class Tick:
             promise = self.out.promises.get(jid, held.promise)  # a new plan replaces the old promise
             if self.now >= promise.until + self.policy.grace_period_s:
                 self._claims.pop(jid, None)
+                self._claims_version += 1
             else:
                 self.out.promises[jid] = promise
                 for dev in promise.devices:
@@ -1077,16 +1083,17 @@ class Tick:
             cache = self._usable_cache[chip] = (sorted(h.shadow for h in held), any(not h.starving for h in held), {})
         shadows, ordinary, lists = cache
         end = self.now + duration
-        k = bisect_left(shadows, end) if duration > 0 else len(shadows)
+        k = passed(shadows, end) if duration > 0 else len(shadows)
         within = ordinary and ledger.within_guarantee(chip, units)
-        got = lists.get((k, within))
+        key = 2 * k + within  # (a small int: no tuple to build and hash)
+        got = lists.get(key)
         if got is None:
             least = shadows[k] if k < len(shadows) else math.inf
             usable = [h for h in held if h.shadow >= least or (within and not h.starving)]
             which = 0
             for hold in usable:
                 which |= 1 << hold.place
-            got = lists[(k, within)] = (usable, which)
+            got = lists[key] = (usable, which)
         return got
 
     def find_with_hold(self, need: Need, chip: str, usable: list[Hold], which: int) -> Placement | None:
@@ -1257,6 +1264,7 @@ class Tick:
             self._change(occ)
         duration = run_time.expected(job) or math.inf  # (no known end: never)
         self._claims[job.id] = (plan.devices, plan.start_at + duration)
+        self._claims_version += 1
         units = need.units[plan.chip]
         self._count(job.id, self.ledgers[job.team], plan.chip, units, units * job.estimated_duration_s / 3600.0)
         if need.template is None:
@@ -1403,10 +1411,46 @@ class Tick:
             held.append(hold)
         if starving:
             self._starving_count[chip] = self._starving_count.get(chip, 0) + 1
+            kept = self._claimed_on.get(chip)
+            if kept is not None and kept.version == self._claims_version:
+                self._claim(kept, hold.devices, until, True)
         self._usable_cache.pop(chip, None)
         self.shadow_memo.changed(chip)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
         self.free_memo.epoch += 1
+
+    def _claimed(self, chip: str, starving: list[Hold]) -> _Claimed:
+        """The claimed cards on ``chip`` as :meth:`replay` reads them, with the running jobs on them marked.
+
+        Only this chip model's cards are replayed: the claims on them (a plan's or a promise's
+        cards are all of one model, as are a hold's). Kept until ``_claims`` changes; a starving
+        hold adds its cards in place (:meth:`hold`).
+        """
+        kept = _Claimed(self._claims_version)
+        where = self.state.where
+        for devices, free_at in self._claims.values():
+            spot = where.get(devices[0]) if devices else None
+            if spot is not None and spot[0].chip == chip:
+                self._claim(kept, devices, free_at, False)
+        for starved in starving:  # busy until the held job would end (max: a promise too)
+            self._claim(kept, starved.devices, starved.until, True)
+        return kept
+
+    def _claim(self, kept: _Claimed, devices: Iterable[int], free_at: float, latest: bool) -> None:
+        """Claim ``devices`` until ``free_at`` (``latest``: unless claimed until later already) and mark
+        the running jobs on them (``Occupant.claimed_in``): their releases are split in a replay."""
+        cards = kept.cards
+        mark = kept.mark
+        card_jobs = self.state.card_jobs
+        occupants = self.state.occupants
+        for dev in devices:
+            if latest and cards.get(dev, -math.inf) >= free_at:
+                continue
+            cards[dev] = free_at
+            for jid in card_jobs.get(dev, ()):
+                occ = occupants.get(jid)
+                if occ is not None:
+                    occ.claimed_in = mark
 
     def replay(self, need: Need, chip: str, floor: float = -math.inf) -> tuple[float, list[int]] | None:
         """:func:`backfill.shadow` of ``need`` on ``chip`` over the chip's expected card releases.
@@ -1425,21 +1469,13 @@ class Tick:
         that time, right after the release at equal times. The walk reads all of this in one
         loop (:func:`_walk`) and stops at the first fit, as the shadow replay does.
         """
-        # Only this chip model's cards are replayed: the claims on them (a plan's or a promise's
-        # cards are all of one model, as are a hold's).
-        claimed: dict[int, float] = {}
         state = self.state
-        where = state.where
-        for devices, free_at in self._claims.values():
-            spot = where.get(devices[0]) if devices else None
-            if spot is not None and spot[0].chip == chip:
-                for dev in devices:
-                    claimed[dev] = free_at
         starving = [h for h in self.holds.get(chip, ()) if h.starving]
-        for starved in starving:  # busy until the held job would end (max: a promise too)
-            for dev in starved.devices:
-                if claimed.get(dev, -math.inf) < starved.until:
-                    claimed[dev] = starved.until
+        kept = self._claimed_on.get(chip)
+        if kept is None or kept.version != self._claims_version:
+            kept = self._claimed_on[chip] = self._claimed(chip, starving)
+        claimed = kept.cards
+        mark = kept.mark if claimed else None
         now = self.now
         bases = self._base_releases
         if not bases:  # the running jobs per chip, by expected end (stable): once per tick
@@ -1447,16 +1483,6 @@ class Tick:
         base = self._base_rels.get(chip)
         if base is None:
             base = self._base_rels[chip] = _Releases(bases.get(chip, []), now)
-        mark: object | None = None
-        if claimed:  # the running jobs with a claimed card: their releases are split
-            mark = object()
-            card_jobs = state.card_jobs
-            occupants = state.occupants
-            for dev in claimed:
-                for jid in card_jobs.get(dev, ()):
-                    occ = occupants.get(jid)
-                    if occ is not None:
-                        occ.claimed_in = mark
         first = float(1 << 40)  # positions of this tick's releases come after every running job's
         extra: list[tuple[float, float, Release]] = []
         for k, occ in enumerate(self._changed_on.get(chip, [])):
@@ -1529,6 +1555,20 @@ def _call_off(snapshot: Snapshot, out: Decisions) -> None:
         job.preempt_deadline = None
         job.preempted_for = None
         out.called_off.append(job.id)
+
+
+class _Claimed:
+    """One chip model's claimed cards as a replay reads them (``Tick._claimed``)."""
+
+    __slots__ = ("cards", "mark", "version")
+
+    def __init__(self, version: int) -> None:
+        #: ``Tick._claims_version`` when built.
+        self.version = version
+        #: Device id -> when it comes free.
+        self.cards: dict[int, float] = {}
+        #: The running jobs on these cards carry it (``Occupant.claimed_in``).
+        self.mark = object()
 
 
 class _Releases:

@@ -139,6 +139,23 @@ class TickMemo:
         return SetAside(self)
 
 
+def passed(times: list[float], t: float) -> int:
+    """How many of the sorted ``times`` lie before ``t`` (``bisect.bisect_left``).
+
+    Written out: compiled, it is a loop over a typed list, where ``bisect_left`` is a call
+    through the interpreter's calling convention, made for every waiting job while holds exist.
+    """
+    lo = 0
+    hi = len(times)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if times[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def covered(which: int, failed: list[int]) -> bool:
     """Whether the holds of mask ``which`` are all among those of one of the ``failed`` masks."""
     for mask in failed:
