@@ -153,17 +153,17 @@ class Replay:
         self.floor = floor
         self.tmpl = tmpl = need.templates.get(chip_name) if need.template else None
         self.multi = multi = tmpl is None and need.whole > chip.size
-        # The replay's free masks: of every pool for a multi-node gang, else of the pools a
-        # release touched so far (the rest are as they are now: ``pool.free``).
-        self.free: dict[Pool, int] = {pool: pool.free for pool in chip.pools} if multi else {}
+        # The replay's free masks of the pools a release touched so far (the rest are as they
+        # are now: ``pool.free``).
+        self.free: dict[Pool, int] = {}
         self.used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus (slices only)
         # A card is free once all its occupants have ended: count them down, per pool by card
         # index (``UNCOUNTED`` until a release reaches the card).
         self.holders: dict[Pool, list[int]] = {}
         self.card_jobs = state.card_jobs
         self.full_mask = full_mask = (1 << chip.size) - 1
-        free = self.free
-        self.full: list[Pool] = [p for p in chip.pools if p.size == chip.size and free[p] == full_mask] if multi else []
+        # A multi-node gang's whole free nodes, in the order they came free (those free now first).
+        self.full: list[Pool] = [p for p in chip.pools if p.size == chip.size and p.free == full_mask] if multi else []
         self.want = need.whole // chip.size if multi else 0
 
     def step(self, at: float, cards: list[tuple[Pool, int, int, int, int, bool]]) -> list[int] | None:

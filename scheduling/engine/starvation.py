@@ -107,20 +107,26 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     # larger part of it).
     by_class = guard.by_class
     default = guard.default
-    front: list[int] = []
-    rest: list[int] = []
-    for k in idx:
+    keyed: list[tuple[float, int, int]] = []
+    at: list[int] = []  # their places in ``idx``
+    for pos in range(len(idx)):
+        k = idx[pos]
         job = pending[k]
-        cls = job.priority_class
-        limit = by_class[cls] if cls in by_class else default
+        limit = by_class.get(job.priority_class, default)
         if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
-            front.append(k)
-        else:
-            rest.append(k)
-    if not front:
+            keyed.append((job.submitted_at + job.own_limits_s, job.id, k))
+            at.append(pos)
+    if not keyed:
         return idx, set()
-    front.sort(key=lambda k: (pending[k].submitted_at + pending[k].own_limits_s, pending[k].id))
-    return front + rest, {pending[k].id for k in front}
+    keyed.sort()  # (ids are distinct: the index is never compared; no key function called per job)
+    out = [k for _, _, k in keyed]
+    # The others in order, copied a run at a time (no int built again per job).
+    last = 0
+    for pos in at:
+        out += idx[last:pos]
+        last = pos + 1
+    out += idx[last:]
+    return out, {jid for _, jid, _ in keyed}
 
 
 def served_late(guard: Guard, running: Iterable[JobState]) -> dict[int, float]:
