@@ -444,6 +444,26 @@ def bench_starving(snap: Snapshot, ticks: int = 7) -> dict[str, Any]:
     }
 
 
+def profile_starving(guard: bool, ticks: int) -> None:
+    """Run :func:`bench_starving`'s snapshot ``ticks + 1`` times (guard on or off), nothing else timed.
+
+    For a profiler that counts, which wall-clock pairs on a shared VM cannot match: under
+    ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=CPyDef_decide___decide``
+    (the compiled core's ``decide``) the instructions run inside ``decide`` are the same from
+    run to run, so a change of a percent shows (docs/engine.md, "Starvation guard").
+    """
+    snap = make_synthetic_snapshot(10000, 1000, 8, 0.7, 8, 0)
+    if guard:
+        snap.policy = replace(snap.policy, starvation_after_s=60 * 3600.0)
+    copies = [clone_snapshot(snap) for _ in range(ticks + 1)]
+    for copy in copies:
+        decide(copy)
+    from scheduling import engine
+
+    side = "on" if guard else "off"
+    print(f"engine build: {engine.BUILD}; {ticks + 1} ticks of the starving benchmark, guard {side}")
+
+
 def bench_decide(
     pending: int = 10000,
     nodes: int = 1000,
@@ -504,7 +524,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--busy", type=float, default=0.7)
     parser.add_argument("--ticks", type=int, default=7)
     parser.add_argument("--growth", default="1000,10000,100000")
+    parser.add_argument(
+        "--profile-starving",
+        choices=("off", "on"),
+        help="only run the starving benchmark's snapshot (guard off or on) for --ticks ticks after one, "
+        "for a profiler to count (no timing printed)",
+    )
     args = parser.parse_args(argv)
+    if args.profile_starving:
+        profile_starving(args.profile_starving == "on", args.ticks)
+        return
     growth = tuple(int(x) for x in args.growth.split(",") if x)
     res = bench_decide(args.pending, args.nodes, args.devices_per_node, args.busy, ticks=args.ticks, growth=growth)
     from scheduling import engine
