@@ -1039,12 +1039,16 @@ class Tick:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
             looked.append(chip)
-            if (need, chip) in find_fail:
+            failed_on = find_fail.get(need)
+            if failed_on is not None and chip in failed_on:
                 placement = None
             else:
                 placement = find(state, need, chip)
                 if placement is None:
-                    find_fail.add((need, chip))
+                    if failed_on is None:
+                        find_fail[need] = {chip}
+                    else:
+                        failed_on.add(chip)
             held = holds.get(chip)
             if placement is None and held is not None:
                 usable, which = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
@@ -1100,8 +1104,8 @@ class Tick:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow
         times; ``which``: their mask, as :meth:`_usable_holds` gives it)."""
         state = self.state
-        key = (need, chip)
-        failed = self.free_memo.hold_fail.get(key)
+        by_chip = self.free_memo.hold_fail.get(need)
+        failed = by_chip.get(chip) if by_chip is not None else None
         if failed is not None and covered(which, failed):
             # Known not to fit: the free cards and the holds only shrink, and these holds are
             # some of those a failed try had (fewer cards fit no more).
@@ -1116,7 +1120,10 @@ class Tick:
             hold.free_now = kept
         if placement is None:
             if failed is None:
-                self.free_memo.hold_fail[key] = [which]
+                if by_chip is None:
+                    self.free_memo.hold_fail[need] = {chip: [which]}
+                else:
+                    by_chip[chip] = [which]
             else:
                 failed.append(which)
         else:
@@ -1149,12 +1156,14 @@ class Tick:
         and nothing done (the job is placed in full).
         """
         holds = self.holds
-        find_fail = self.free_memo.find_fail
-        hold_fail = self.free_memo.hold_fail
+        failed_on = self.free_memo.find_fail.get(need)
+        if failed_on is None:
+            return None
+        by_chip = self.free_memo.hold_fail.get(need)
         units = need.units
         plan: list[tuple[str, list[Hold]]] = []
         for chip in looked:
-            if (need, chip) not in find_fail:
+            if chip not in failed_on:
                 return None
             held = holds.get(chip)
             if held is None:
@@ -1162,7 +1171,7 @@ class Tick:
             usable, which = self._usable_holds(chip, held, duration, ledger, units[chip])
             if not usable:
                 continue
-            failed = hold_fail.get((need, chip))
+            failed = by_chip.get(chip) if by_chip is not None else None
             if failed is None or not covered(which, failed):
                 return None
             plan.append((chip, usable))
@@ -1379,7 +1388,8 @@ class Tick:
         known, found = memo.answer(chip, cards)
         if known:
             return found
-        from_no_fit = (need, chip) in self.free_memo.find_fail
+        failed_on = self.free_memo.find_fail.get(need)
+        from_no_fit = failed_on is not None and chip in failed_on
         floor = memo.floor(chip, cards) if from_no_fit else -math.inf
         found = self.replay(need, chip, floor)
         memo.keep(chip, cards, found, from_no_fit)

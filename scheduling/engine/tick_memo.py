@@ -103,13 +103,14 @@ class TickMemo:
         #: and whether it tried held cards on one of them.
         self.looked: list[str] = []
         self.held = False
-        #: ``(need, chip)`` whose placement failed (a held card given a slice stays hidden from
-        #: plain placement, so a start on held cards leaves it as it is).
-        self.find_fail: set[tuple[Need, str]] = set()
-        #: Same for placements that may use some holds' cards: per ``(need, chip)`` the masks of
+        #: Per need, the chip models its placement failed on (a held card given a slice stays
+        #: hidden from plain placement, so a start on held cards leaves it as it is). Keyed by the
+        #: need (hashed by identity), not by a ``(need, chip)`` tuple built for every look-up.
+        self.find_fail: dict[Need, set[str]] = {}
+        #: Same for placements that may use some holds' cards: per need and chip model the masks of
         #: those holds' places in their chip model's list. The holds only shrink too, and fewer
         #: holds' cards fit no more, so a mask within a failed one fails as well (:func:`covered`).
-        self.hold_fail: dict[tuple[Need, str], list[int]] = {}
+        self.hold_fail: dict[Need, dict[str, list[int]]] = {}
 
     def free_grew(self) -> None:
         """Cards came back to the free state mid-tick: forget what assumed it only shrinks."""
@@ -125,9 +126,9 @@ class TickMemo:
         job) given a slice through one hold becomes a sliced card of them all. Whole cards are
         unaffected (a sliced card is not free).
         """
-        fail = self.hold_fail
-        for key in [key for key in fail if key[1] == chip and key[0].template is not None]:
-            del fail[key]
+        for need, by_chip in self.hold_fail.items():
+            if need.template is not None:
+                by_chip.pop(chip, None)
 
     def set_aside(self) -> SetAside:
         """``with memo.set_aside():`` failed placements start empty inside and come back after.
@@ -175,7 +176,7 @@ class SetAside:
         self.hold_fail = memo.hold_fail
 
     def __enter__(self) -> None:
-        self.memo.find_fail = set()
+        self.memo.find_fail = {}
         self.memo.hold_fail = {}
 
     def __exit__(self, *exc: object) -> None:
