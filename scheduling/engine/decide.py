@@ -594,12 +594,16 @@ class Tick:
         reservations = self.reservations
         reserved = bool(reservations.held)
         shadows = self._shadows
-        starving = self.starving
+        # The starving jobs are the first of the order (``starving_first``): counted off, not
+        # looked up in ``self.starving`` for each of the 10,000 jobs.
+        front = len(self.starving)
         #: One wait per refusal of the admission memo (the waits are values: shared).
         refused: dict[tuple, Wait] = {}
         # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
         # they are a typed list read and a native call; interpreted they cost about the same.)
         for k in idx:
+            starving = front > 0
+            front -= 1
             job = pending[k]
             group = groups[k]
             if group.promise is not None:
@@ -623,7 +627,7 @@ class Tick:
                 continue
             chips = adm[2]
             memo = group.memo
-            if starving and jid in starving:
+            if starving:
                 if not self._starving_holds_full(chips):  # it may hold cards of its own: no memo
                     outcome = self.place(job, need, ledger, list(chips))
                     if outcome is not None:
@@ -1526,7 +1530,7 @@ class Tick:
                 held = [Release(at, cards) for at, cards in sorted(late.items())]
             # Free cards held for a promise come free when its job would end; after everything else.
             extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
-        extra.sort(key=_at_pos)
+        extra.sort()  # (positions are distinct: two releases are never compared)
         return _walk(Replay(state, need, chip, floor), base, self._token, mark, claimed, extra)
 
 
@@ -1694,14 +1698,6 @@ def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Rele
     return Release(rel.at, now_cards, rel.occupant), [
         Release(at, cards, rel.occupant) for at, cards in sorted(late.items())
     ]
-
-
-def _at_pos(item: tuple[float, float, Release]) -> tuple[float, float]:
-    return item[0], item[1]
-
-
-def _at(rel: Release) -> float:
-    return rel.at
 
 
 def _release(now: float, occ: Occupant) -> Release:
