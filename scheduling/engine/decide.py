@@ -122,7 +122,7 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
-from scheduling.engine.tick_memo import MemoWait, ShadowMemo, TickMemo, covered, passed
+from scheduling.engine.tick_memo import MemoWait, RankMemo, ShadowMemo, TickMemo, covered, passed
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -158,10 +158,10 @@ class _Group:
         #: No chip model fits the shape: admission job by job, then the shape's reason.
         self.slow = False
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
-        self.memo: dict[int, MemoWait] = {}
+        self.memo = RankMemo()
         #: The same for its starving jobs once every chip they may use has its fill of starving
         #: holds (their waits say so, so they are not shared with the others').
-        self.starving_memo: dict[int, MemoWait] = {}
+        self.starving_memo = RankMemo()
         #: Its last stable wait, and its starving jobs': the wait of any job of the group while
         #: the epoch stands, its placement tries made again (``tick_memo``, ``Tick._retry``).
         self.wide: MemoWait | None = None
@@ -676,12 +676,11 @@ class Tick:
                 tried = self._retry(need, ledger, duration, wide.looked)
                 if tried is not None:
                     wait = waiting[jid] = wide.wait
-                    entry = memo[rank] = MemoWait(
-                        chips, version, wait, epoch, reservations.taken, -1.0, wide.looked, tried
-                    )
+                    entry = MemoWait(chips, version, wait, epoch, reservations.taken, -1.0, wide.looked, tried)
                     if rank >= 0:  # a longer job ends before no more holds: the same tries, or fewer
-                        for higher in range(rank + 1, len(shadows) + 1):
-                            memo[higher] = entry
+                        memo.put_from(rank, entry)
+                    else:
+                        memo.put(rank, entry)
                     continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
@@ -691,7 +690,7 @@ class Tick:
                 # group places itself, and its search — or the memo of failed ones — says.)
                 if self.free_memo.version == version and self._bounded_for != jid:
                     stable = self.free_memo.stable
-                    entry = memo[rank] = MemoWait(
+                    entry = MemoWait(
                         chips,
                         version,
                         wait,
@@ -706,11 +705,12 @@ class Tick:
                             group.wide = entry
                         else:
                             group.starving_wide = entry
-                        if rank >= 0:
-                            # A longer job of the group (a higher rank) ends before no more shadow
-                            # times: this is its wait too (its held-card tries made again, fewer).
-                            for higher in range(rank + 1, len(shadows) + 1):
-                                memo[higher] = entry
+                    if stable and rank >= 0:
+                        # A longer job of the group (a higher rank) ends before no more shadow
+                        # times: this is its wait too (its held-card tries made again, fewer).
+                        memo.put_from(rank, entry)
+                    else:
+                        memo.put(rank, entry)
         promises = self.out.promises
         for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
             if jid not in promises:

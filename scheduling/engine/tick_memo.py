@@ -87,6 +87,56 @@ class MemoWait:
         self.held = held
 
 
+class RankMemo:
+    """A group's remembered waits by rank: how many shadow times a job's end passes (``-1``: no estimate).
+
+    A wait remembered with :meth:`put_from` answers its rank and every higher one (a longer job
+    ends before no more holds: the same tries, or fewer), as if written to each of them then;
+    a later write at a rank wins over it. Kept as one entry, where a write per rank above made
+    tens of thousands of writes a tick with the starvation guard's holds. Ranks above those that
+    existed then are covered too: such a rank only exists after a hold was added, which started
+    a new epoch and version, so a wait from before answers nobody there.
+    """
+
+    __slots__ = ("at", "count", "up")
+
+    def __init__(self) -> None:
+        #: Rank -> (write count, wait) of the waits written at one rank.
+        self.at: dict[int, tuple[int, MemoWait]] = {}
+        #: (lowest rank, write count, wait) of those written for a rank and up, lowest ranks
+        #: increasing (a write from a rank replaces those from it or above).
+        self.up: list[tuple[int, int, MemoWait]] = []
+        self.count = 0
+
+    def get(self, rank: int) -> MemoWait | None:
+        """The wait last written for ``rank``, or ``None``."""
+        got = self.at.get(rank)
+        up = self.up
+        if up and rank >= 0:
+            j = len(up) - 1
+            while j >= 0:
+                item = up[j]
+                if item[0] <= rank:
+                    if got is None or item[1] > got[0]:
+                        return item[2]
+                    break
+                j -= 1
+        return got[1] if got is not None else None
+
+    def put(self, rank: int, wait: MemoWait) -> None:
+        """Remember ``wait`` for ``rank`` alone."""
+        self.count += 1
+        self.at[rank] = (self.count, wait)
+
+    def put_from(self, rank: int, wait: MemoWait) -> None:
+        """Remember ``wait`` for ``rank`` and every higher rank (``rank`` >= 0)."""
+        self.count += 1
+        up = self.up
+        while up and up[-1][0] >= rank:
+            up.pop()
+        up.append((rank, self.count, wait))
+
+
 class TickMemo:
     """The tick's shrink-only memory of the free state (see the module's docstring)."""
 

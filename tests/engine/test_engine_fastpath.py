@@ -459,13 +459,16 @@ def test_user_factors_are_the_classic_tree_factors(snap: Snapshot) -> None:
     assert user_factors(snap.policy, snap.usage, users) == {pair: full[user_leaf(*pair)] for pair in users}
 
 
-class _NoMemo(dict):
-    """A memo that never answers: every job goes through ``Tick.place``."""
+class _NoMemo:
+    """A memo of waits (``tick_memo.RankMemo``) that never answers: every job goes through ``Tick.place``."""
 
-    def get(self, key, default=None):  # type: ignore[no-untyped-def]
-        return default
+    def get(self, rank: int) -> None:
+        return None
 
-    def __setitem__(self, key, value) -> None:  # type: ignore[no-untyped-def]
+    def put(self, rank: int, wait: object) -> None:
+        pass
+
+    def put_from(self, rank: int, wait: object) -> None:
         pass
 
 
