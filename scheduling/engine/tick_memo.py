@@ -56,7 +56,7 @@ from scheduling.engine.snapshot import Wait
 class MemoWait:
     """A wait of steps 4c-4g remembered for the jobs of a group after it (see ``Tick.run``)."""
 
-    __slots__ = ("chips", "epoch", "held", "looked", "margin", "taken", "version", "wait")
+    __slots__ = ("chips", "epoch", "held", "looked", "margin", "seq", "taken", "version", "wait")
 
     def __init__(
         self,
@@ -85,6 +85,8 @@ class MemoWait:
         #: this wait tries them again through ``find_fail`` and ``hold_fail`` (``Tick._retry``).
         self.looked = looked
         self.held = held
+        #: When it was written to a :class:`RankMemo` (its count of writes then).
+        self.seq = 0
 
 
 class RankMemo:
@@ -101,11 +103,12 @@ class RankMemo:
     __slots__ = ("at", "count", "up")
 
     def __init__(self) -> None:
-        #: Rank -> (write count, wait) of the waits written at one rank.
-        self.at: dict[int, tuple[int, MemoWait]] = {}
-        #: (lowest rank, write count, wait) of those written for a rank and up, lowest ranks
-        #: increasing (a write from a rank replaces those from it or above).
-        self.up: list[tuple[int, int, MemoWait]] = []
+        #: Rank -> the wait written at that rank alone.
+        self.at: dict[int, MemoWait] = {}
+        #: (lowest rank, wait) of those written for a rank and up, lowest ranks increasing (a
+        #: write from a rank replaces those from it or above).
+        self.up: list[tuple[int, MemoWait]] = []
+        #: Writes so far (``MemoWait.seq``: the later write wins).
         self.count = 0
 
     def get(self, rank: int) -> MemoWait | None:
@@ -117,24 +120,26 @@ class RankMemo:
             while j >= 0:
                 item = up[j]
                 if item[0] <= rank:
-                    if got is None or item[1] > got[0]:
-                        return item[2]
+                    if got is None or item[1].seq > got.seq:
+                        return item[1]
                     break
                 j -= 1
-        return got[1] if got is not None else None
+        return got
 
     def put(self, rank: int, wait: MemoWait) -> None:
         """Remember ``wait`` for ``rank`` alone."""
         self.count += 1
-        self.at[rank] = (self.count, wait)
+        wait.seq = self.count
+        self.at[rank] = wait
 
     def put_from(self, rank: int, wait: MemoWait) -> None:
         """Remember ``wait`` for ``rank`` and every higher rank (``rank`` >= 0)."""
         self.count += 1
+        wait.seq = self.count
         up = self.up
         while up and up[-1][0] >= rank:
             up.pop()
-        up.append((rank, self.count, wait))
+        up.append((rank, wait))
 
 
 class TickMemo:
