@@ -88,6 +88,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import date
@@ -299,6 +300,9 @@ class Tick:
         #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
         #: usable holds by 2 × shadow times passed + within guarantee (see :meth:`_usable_holds`).
         self._usable_cache: dict[str, tuple[list[float], bool, dict[int, tuple[list[Hold], int]]]] = {}
+        #: Per chip model: the list of all shadow times it was made for, and how many of the chip's
+        #: own lie before an end that passes each count of them (see :meth:`_usable_holds`).
+        self._rank_table: dict[str, tuple[list[float], list[int]]] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id,
@@ -659,7 +663,7 @@ class Tick:
                 if (
                     (hit.version == version or hit.epoch == epoch)
                     and (not reserved or hit.version == version or self._still_fits(hit, group.cls, need))
-                    and (not hit.held or self._retry(need, ledger, duration, hit.looked) is not None)
+                    and (not hit.held or self._retry(need, ledger, duration, hit.looked, rank, shadows) is not None)
                 ):
                     waiting[jid] = hit.wait
                     continue
@@ -673,7 +677,7 @@ class Tick:
             ):
                 # The group's last stable wait is every job's while the epoch stands, whatever holds
                 # it ends before, if its own placements are failures known too (tick_memo).
-                tried = self._retry(need, ledger, duration, wide.looked)
+                tried = self._retry(need, ledger, duration, wide.looked, rank, shadows)
                 if tried is not None:
                     wait = waiting[jid] = wide.wait
                     entry = MemoWait(chips, version, wait, epoch, reservations.taken, -1.0, wide.looked, tried)
@@ -1074,7 +1078,14 @@ class Tick:
         return False
 
     def _usable_holds(
-        self, chip: str, held: list[Hold], duration: float, ledger: TeamLedger, units: float
+        self,
+        chip: str,
+        held: list[Hold],
+        duration: float,
+        ledger: TeamLedger,
+        units: float,
+        rank: int = -2,
+        ranked_on: list[float] | None = None,
     ) -> tuple[list[Hold], int]:
         """The holds on ``chip`` whose cards a job of ``duration`` may use (in the holds' order),
         and their places in the chip's list of holds as a mask (what the memo of failed
@@ -1085,13 +1096,27 @@ class Tick:
         depends only on how many shadow times its end passes, so the lists are kept per chip
         by that count until a hold is added: with the starvation guard a chip has up to
         :data:`MAX_HOLDS_PER_CHIP` holds more, and each waiting job walked them all.
+
+        ``rank``: how many of all chip models' shadow times (the list ``ranked_on``) the job's end
+        passes, if the caller counted it (``Tick.run`` does for every job): the chip's count is
+        then read from a table instead of counted again.
         """
         cache = self._usable_cache.get(chip)
         if cache is None:
             cache = self._usable_cache[chip] = (sorted(h.shadow for h in held), any(not h.starving for h in held), {})
         shadows, ordinary, lists = cache
-        end = self.now + duration
-        k = passed(shadows, end) if duration > 0 else len(shadows)
+        if duration <= 0:
+            k = len(shadows)
+        elif rank >= 0 and ranked_on is self._shadows:
+            kept = self._rank_table.get(chip)
+            if kept is None or kept[0] is not ranked_on:
+                # Entry r: how many of the chip's shadow times lie before an end that passes r of
+                # all of them (those at or before the r-th of all; the chip's are among them).
+                table = [0] + [bisect_right(shadows, at) for at in ranked_on]
+                kept = self._rank_table[chip] = (ranked_on, table)
+            k = kept[1][rank]
+        else:
+            k = passed(shadows, self.now + duration)
         within = ordinary and ledger.within_guarantee(chip, units)
         key = 2 * k + within  # (a small int: no tuple to build and hash)
         got = lists.get(key)
@@ -1152,7 +1177,15 @@ class Tick:
         chip_state.moves += 1
         self._vain[chip] = (usable, chip_state.moves)
 
-    def _retry(self, need: Need, ledger: TeamLedger, duration: float, looked: tuple[str, ...]) -> bool | None:
+    def _retry(
+        self,
+        need: Need,
+        ledger: TeamLedger,
+        duration: float,
+        looked: tuple[str, ...],
+        rank: int = -2,
+        ranked_on: list[float] | None = None,
+    ) -> bool | None:
         """Step 4e for a job of ``duration`` from the memo of failed placements, on the chip models a
         remembered wait looked at (``MemoWait.looked``): if each placement, on free cards and on the
         held cards the job ends before, is a failure the memo knows, the failed tries are made (as
@@ -1172,7 +1205,7 @@ class Tick:
             held = holds.get(chip)
             if held is None:
                 continue
-            usable, which = self._usable_holds(chip, held, duration, ledger, units[chip])
+            usable, which = self._usable_holds(chip, held, duration, ledger, units[chip], rank, ranked_on)
             if not usable:
                 continue
             failed = by_chip.get(chip) if by_chip is not None else None
