@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
 from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
 from scheduling.engine.placement import Need, best_group, lowest_bits
@@ -97,8 +98,8 @@ class Release(Record):
         self.occupant = occupant
 
 
-#: A card's count of occupants before a replay's release reaches it (``Replay.holders``).
-UNCOUNTED = -(1 << 40)
+#: A card's count of occupants before a replay's release reaches it (``PoolReplay.counts``).
+UNCOUNTED: Final = -(1 << 40)
 
 
 def shadow(
@@ -134,12 +135,11 @@ class Replay:
         "chip",
         "chip_name",
         "floor",
-        "free",
         "full",
         "full_mask",
-        "holders",
         "multi",
         "need",
+        "pools",
         "tmpl",
         "used",
         "want",
@@ -153,13 +153,9 @@ class Replay:
         self.floor = floor
         self.tmpl = tmpl = need.templates.get(chip_name) if need.template else None
         self.multi = multi = tmpl is None and need.whole > chip.size
-        # The replay's free masks of the pools a release touched so far (the rest are as they
-        # are now: ``pool.free``).
-        self.free: dict[Pool, int] = {}
+        # The pools a release touched so far, as the replay has them (the rest are as they are now).
+        self.pools: dict[Pool, PoolReplay] = {}
         self.used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus (slices only)
-        # A card is free once all its occupants have ended: count them down, per pool by card
-        # index (``UNCOUNTED`` until a release reaches the card).
-        self.holders: dict[Pool, list[int]] = {}
         self.card_jobs = state.card_jobs
         self.full_mask = full_mask = (1 << chip.size) - 1
         # A multi-node gang's whole free nodes, in the order they came free (those free now first).
@@ -170,18 +166,17 @@ class Replay:
         """Apply the release of ``cards`` at ``at``; the devices ``need`` takes if it fits now."""
         chip_name = self.chip_name
         tmpl = self.tmpl
-        free = self.free
         used = self.used
-        holders = self.holders
+        pools = self.pools
         card_jobs = self.card_jobs
         touched: list[Pool] = []
         for pool, i, cores, mem, cpus, whole in cards:
             if pool.chip != chip_name:
                 continue
-            counts = holders.get(pool)
-            if counts is None:
-                counts = holders[pool] = [UNCOUNTED] * pool.size
-                free[pool] = pool.free
+            replayed = pools.get(pool)
+            if replayed is None:
+                replayed = pools[pool] = PoolReplay(pool)
+            counts = replayed.counts
             left = counts[i]
             if left == UNCOUNTED:
                 left = len(card_jobs.get(pool.devs[i].id, ()))
@@ -198,7 +193,7 @@ class Replay:
                 if left <= 0 and pool.usable >> i & 1:
                     used[key] = [0, 0, 0]
             if left <= 0 and pool.usable >> i & 1:
-                free[pool] |= 1 << i
+                replayed.free |= 1 << i
             touched.append(pool)
         if not touched:
             return None
@@ -207,7 +202,7 @@ class Replay:
             full_mask = self.full_mask
             size = self.chip.size
             for pool in touched:
-                if free[pool] == full_mask and pool.size == size and pool not in full:
+                if pools[pool].free == full_mask and pool.size == size and pool not in full:
                     full.append(pool)
             want = self.want
             if len(full) >= want:
@@ -215,17 +210,32 @@ class Replay:
             return None
         if at < self.floor:
             return None
-        return _fits(self.chip, self.need, tmpl, free, used, touched, holders, card_jobs)
+        return _fits(self.chip, self.need, tmpl, pools, used, touched, card_jobs)
+
+
+class PoolReplay:
+    """One pool as a :class:`Replay` has it: its free cards, and how many jobs each card still has.
+
+    A card is free once all its occupants have ended: their count goes down with each release
+    (``UNCOUNTED`` until a release reaches the card). One object per pool touched, so a release
+    reads and writes its attributes instead of two dictionaries per card.
+    """
+
+    __slots__ = ("counts", "free")
+
+    def __init__(self, pool: Pool) -> None:
+        self.counts: list[int] = [UNCOUNTED] * pool.size
+        #: The free mask: as it is now until a release frees a card.
+        self.free: int = pool.free
 
 
 def _fits(
     chip: Chip,
     need: Need,
     tmpl: object,
-    free: dict[Pool, int],
+    pools: dict[Pool, PoolReplay],
     used: dict[tuple[Pool, int], list[int]],
     touched: list[Pool],
-    holders: dict[Pool, list[int]],
     card_jobs: dict[int, list[int]],
 ) -> list[int] | None:
     n = need.whole
@@ -234,19 +244,19 @@ def _fits(
 
         assert isinstance(tmpl, VnpuTemplate)
         for pool in touched:
+            replayed = pools[pool]
             for i, dev in enumerate(pool.devs):
                 if not pool.usable >> i & 1:
                     continue
                 u = used.get((pool, i))
                 if u is None:
-                    if free[pool] >> i & 1:
+                    if replayed.free >> i & 1:
                         u = [0, 0, 0]
                     elif pool.slices[i]:
                         u = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
                     else:
                         continue
-                counts = holders.get(pool)
-                left = counts[i] if counts is not None else UNCOUNTED
+                left = replayed.counts[i]
                 if left == UNCOUNTED:
                     left = len(card_jobs.get(dev.id, ()))
                 whole_taken = left > 0 and not pool.slices[i]
@@ -260,7 +270,7 @@ def _fits(
                     return [dev.id]
         return None
     for pool in touched:
-        mask = free[pool]
+        mask = pools[pool].free
         if n <= chip.gmax:
             group = best_group(mask, pool.groups, n)
             if group:
