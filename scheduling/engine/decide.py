@@ -362,12 +362,21 @@ class Tick:
             self.promised[jid] = _Promised(promise, list(masks.items()))
             self._promised_devices[jid] = frozenset(promise.devices)
             duration = run_time.expected(job) or math.inf
-            self._claims[jid] = (list(promise.devices), max(promise.until, now) + duration)
-            self._claims_version += 1
+            self._set_claim(jid, list(promise.devices), max(promise.until, now) + duration)
             spot = where.get(promise.devices[0]) if promise.devices else None
             if spot is not None:
                 units = float(len(promise.devices))
                 self._count(jid, self.ledger(job.team), spot[0].chip, units, units * job.estimated_duration_s / 3600.0)
+
+    def _set_claim(self, jid: int, devices: list[int], free_at: float) -> None:
+        """``jid``'s cards are busy for other jobs' shadow times until ``free_at`` (a promise, a plan)."""
+        self._claims[jid] = (devices, free_at)
+        self._claims_version += 1
+
+    def _drop_claim(self, jid: int) -> None:
+        """``jid``'s claim ends (it started, or its promise lapsed)."""
+        self._claims.pop(jid, None)
+        self._claims_version += 1
 
     def _change(self, occ: Occupant) -> None:
         """``occ`` started or began to leave in this tick: its release moves."""
@@ -680,11 +689,9 @@ class Tick:
                 tried = self._retry(need, ledger, duration, wide.looked, rank, shadows)
                 if tried is not None:
                     wait = waiting[jid] = wide.wait
+                    # (Upward: a longer job ends before no more holds: the same tries, or fewer.)
                     entry = MemoWait(chips, version, wait, epoch, reservations.taken, -1.0, wide.looked, tried)
-                    if rank >= 0:  # a longer job ends before no more holds: the same tries, or fewer
-                        memo.put_from(rank, entry)
-                    else:
-                        memo.put(rank, entry)
+                    memo.put(rank, entry, upward=True)
                     continue
             outcome = self.place(job, need, ledger, list(chips))
             shadows = self._shadows
@@ -709,12 +716,9 @@ class Tick:
                             group.wide = entry
                         else:
                             group.starving_wide = entry
-                    if stable and rank >= 0:
-                        # A longer job of the group (a higher rank) ends before no more shadow
-                        # times: this is its wait too (its held-card tries made again, fewer).
-                        memo.put_from(rank, entry)
-                    else:
-                        memo.put(rank, entry)
+                    # A stable wait is a longer job's of the group too (a higher rank ends before
+                    # no more shadow times: its held-card tries made again, fewer).
+                    memo.put(rank, entry, upward=stable)
         promises = self.out.promises
         for jid, kept in self.promised.items():  # still waiting, no new plan: the promise stands
             if jid not in promises:
@@ -794,8 +798,7 @@ class Tick:
         masks: dict[Pool, int] = {}
         if len(self.out.starts) > starts:  # started: the promise is kept
             reservations.forget()  # its start moved the headrooms (a reserved class's use)
-            self._claims.pop(jid, None)
-            self._claims_version += 1
+            self._drop_claim(jid)
             if self._preemptor is not None:
                 self._preemptor.claimed.difference_update(held.promise.devices)
         elif jid in self.promised:  # a new plan, its free cards held already (_hold_new)
@@ -803,8 +806,7 @@ class Tick:
         else:
             promise = self.out.promises.get(jid, held.promise)  # a new plan replaces the old promise
             if self.now >= promise.until + self.policy.grace_period_s:
-                self._claims.pop(jid, None)
-                self._claims_version += 1
+                self._drop_claim(jid)
             else:
                 self.out.promises[jid] = promise
                 for dev in promise.devices:
@@ -1041,22 +1043,18 @@ class Tick:
         state = self.state
         units = need.units
         holds = self.holds
-        find_fail = self.free_memo.find_fail
-        looked = self.free_memo.looked
+        free_memo = self.free_memo
+        looked = free_memo.looked
         for chip in chips:
             if chip in headroom:
                 continue  # needs preemption to stay within the reservation
             looked.append(chip)
-            failed_on = find_fail.get(need)
-            if failed_on is not None and chip in failed_on:
+            if free_memo.failed(need, chip):
                 placement = None
             else:
                 placement = find(state, need, chip)
                 if placement is None:
-                    if failed_on is None:
-                        find_fail[need] = {chip}
-                    else:
-                        failed_on.add(chip)
+                    free_memo.fail(need, chip)
             held = holds.get(chip)
             if placement is None and held is not None:
                 usable, which = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
@@ -1133,8 +1131,7 @@ class Tick:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow
         times; ``which``: their mask, as :meth:`_usable_holds` gives it)."""
         state = self.state
-        by_chip = self.free_memo.hold_fail.get(need)
-        failed = by_chip.get(chip) if by_chip is not None else None
+        failed = self.free_memo.hold_failures(need, chip)
         if failed is not None and covered(which, failed):
             # Known not to fit: the free cards and the holds only shrink, and these holds are
             # some of those a failed try had (fewer cards fit no more).
@@ -1148,13 +1145,7 @@ class Tick:
         for hold, kept in zip(usable, lent.kept, strict=True):
             hold.free_now = kept
         if placement is None:
-            if failed is None:
-                if by_chip is None:
-                    self.free_memo.hold_fail[need] = {chip: [which]}
-                else:
-                    by_chip[chip] = [which]
-            else:
-                failed.append(which)
+            self.free_memo.hold_failed(need, chip, which)
         else:
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
@@ -1193,7 +1184,7 @@ class Tick:
         and nothing done (the job is placed in full).
         """
         holds = self.holds
-        failed_on = self.free_memo.find_fail.get(need)
+        failed_on = self.free_memo.find_fail.get(need)  # (read once: the loop asks per chip model)
         if failed_on is None:
             return None
         by_chip = self.free_memo.hold_fail.get(need)
@@ -1309,8 +1300,7 @@ class Tick:
             self.out.preemptions.append(Preemption(occ.job.id, why, deadline, job.id))
             self._change(occ)
         duration = run_time.expected(job) or math.inf  # (no known end: never)
-        self._claims[job.id] = (plan.devices, plan.start_at + duration)
-        self._claims_version += 1
+        self._set_claim(job.id, plan.devices, plan.start_at + duration)
         units = need.units[plan.chip]
         self._count(job.id, self.ledgers[job.team], plan.chip, units, units * job.estimated_duration_s / 3600.0)
         if need.template is None:
@@ -1425,8 +1415,7 @@ class Tick:
         known, found = memo.answer(chip, cards)
         if known:
             return found
-        failed_on = self.free_memo.find_fail.get(need)
-        from_no_fit = failed_on is not None and chip in failed_on
+        from_no_fit = self.free_memo.failed(need, chip)
         floor = memo.floor(chip, cards) if from_no_fit else -math.inf
         found = self.replay(need, chip, floor)
         memo.keep(chip, cards, found, from_no_fit)

@@ -92,8 +92,8 @@ class MemoWait:
 class RankMemo:
     """A group's remembered waits by rank: how many shadow times a job's end passes (``-1``: no estimate).
 
-    A wait remembered with :meth:`put_from` answers its rank and every higher one (a longer job
-    ends before no more holds: the same tries, or fewer), as if written to each of them then;
+    A wait remembered ``upward`` answers its rank and every higher one (a longer job ends
+    before no more holds: the same tries, or fewer), as if written to each of them then;
     a later write at a rank wins over it. Kept as one entry, where a write per rank above made
     tens of thousands of writes a tick with the starvation guard's holds. Ranks above those that
     existed then are covered too: such a rank only exists after a hold was added, which started
@@ -126,16 +126,13 @@ class RankMemo:
                 j -= 1
         return got
 
-    def put(self, rank: int, wait: MemoWait) -> None:
-        """Remember ``wait`` for ``rank`` alone."""
+    def put(self, rank: int, wait: MemoWait, upward: bool = False) -> None:
+        """Remember ``wait`` for ``rank``, and for every higher rank if ``upward`` (and ``rank`` >= 0)."""
         self.count += 1
         wait.seq = self.count
-        self.at[rank] = wait
-
-    def put_from(self, rank: int, wait: MemoWait) -> None:
-        """Remember ``wait`` for ``rank`` and every higher rank (``rank`` >= 0)."""
-        self.count += 1
-        wait.seq = self.count
+        if not upward or rank < 0:
+            self.at[rank] = wait
+            return
         up = self.up
         while up and up[-1][0] >= rank:
             up.pop()
@@ -166,6 +163,34 @@ class TickMemo:
         #: those holds' places in their chip model's list. The holds only shrink too, and fewer
         #: holds' cards fit no more, so a mask within a failed one fails as well (:func:`covered`).
         self.hold_fail: dict[Need, dict[str, list[int]]] = {}
+
+    def failed(self, need: Need, chip: str) -> bool:
+        """Whether placing ``need`` on ``chip``'s free cards failed."""
+        chips = self.find_fail.get(need)
+        return chips is not None and chip in chips
+
+    def fail(self, need: Need, chip: str) -> None:
+        """Placing ``need`` on ``chip``'s free cards failed."""
+        chips = self.find_fail.get(need)
+        if chips is None:
+            self.find_fail[need] = {chip}
+        else:
+            chips.add(chip)
+
+    def hold_failures(self, need: Need, chip: str) -> list[int] | None:
+        """The masks of the holds whose cards ``need`` failed to fit on ``chip`` with, if any."""
+        by_chip = self.hold_fail.get(need)
+        return by_chip.get(chip) if by_chip is not None else None
+
+    def hold_failed(self, need: Need, chip: str, which: int) -> None:
+        """``need`` did not fit on ``chip`` with the cards of the holds of mask ``which``."""
+        by_chip = self.hold_fail.get(need)
+        if by_chip is None:
+            self.hold_fail[need] = {chip: [which]}
+        elif chip in by_chip:
+            by_chip[chip].append(which)
+        else:
+            by_chip[chip] = [which]
 
     def free_grew(self) -> None:
         """Cards came back to the free state mid-tick: forget what assumed it only shrinks."""

@@ -465,10 +465,7 @@ class _NoMemo:
     def get(self, rank: int) -> None:
         return None
 
-    def put(self, rank: int, wait: object) -> None:
-        pass
-
-    def put_from(self, rank: int, wait: object) -> None:
+    def put(self, rank: int, wait: object, upward: bool = False) -> None:
         pass
 
 

@@ -48,7 +48,7 @@ def _count_wrong_refusals(snap: Snapshot, monkeypatch: pytest.MonkeyPatch) -> tu
     seen = [0, 0]
 
     def checked(tick: decide_module.Tick, need: Need, chip: str, usable: list, which: int) -> object:
-        failed = tick.free_memo.hold_fail.get(need, {}).get(chip)
+        failed = tick.free_memo.hold_failures(need, chip)
         if failed is not None and covered(which, failed):
             seen[0] += 1
             state = tick.state

@@ -35,7 +35,7 @@ def test_rank_memo_reads_as_writes_to_every_rank_did(seed: int) -> None:
         rank = rng.randint(-1, top)
         wait = _wait(n)
         if rank >= 0 and rng.random() < 0.5:
-            memo.put_from(rank, wait)
+            memo.put(rank, wait, upward=True)
             for r in range(rank, top + 1):
                 plain[r] = wait
         else:
@@ -52,10 +52,10 @@ def test_rank_memo_reads_as_writes_to_every_rank_did(seed: int) -> None:
 def test_a_later_write_at_a_rank_wins_and_a_later_write_from_below_covers_it() -> None:
     memo = RankMemo()
     first, second, third = _wait(1), _wait(2), _wait(3)
-    memo.put_from(2, first)
+    memo.put(2, first, upward=True)
     assert memo.get(1) is None and memo.get(2) is first and memo.get(7) is first
     memo.put(5, second)
     assert memo.get(5) is second and memo.get(4) is first and memo.get(6) is first
-    memo.put_from(1, third)
+    memo.put(1, third, upward=True)
     assert memo.get(5) is third and memo.get(1) is third and memo.get(0) is None
     assert memo.get(-1) is None
