@@ -137,9 +137,9 @@ class Replay:
         "floor",
         "full",
         "full_mask",
+        "mark",
         "multi",
         "need",
-        "pools",
         "tmpl",
         "used",
         "want",
@@ -153,8 +153,9 @@ class Replay:
         self.floor = floor
         self.tmpl = tmpl = need.templates.get(chip_name) if need.template else None
         self.multi = multi = tmpl is None and need.whole > chip.size
-        # The pools a release touched so far, as the replay has them (the rest are as they are now).
-        self.pools: dict[Pool, PoolReplay] = {}
+        # The pools a release touched so far are as the replay has them in ``Pool.replayed``, with
+        # this mark (the rest are as they are now): no dictionary read and written per card.
+        self.mark = object()
         self.used: dict[tuple[Pool, int], list[int]] = {}  # cores, mem, cpus (slices only)
         self.card_jobs = state.card_jobs
         self.full_mask = full_mask = (1 << chip.size) - 1
@@ -167,15 +168,17 @@ class Replay:
         chip_name = self.chip_name
         tmpl = self.tmpl
         used = self.used
-        pools = self.pools
+        mark = self.mark
         card_jobs = self.card_jobs
         touched: list[Pool] = []
         for pool, i, cores, mem, cpus, whole in cards:
             if pool.chip != chip_name:
                 continue
-            replayed = pools.get(pool)
+            replayed = pool.replayed
             if replayed is None:
-                replayed = pools[pool] = PoolReplay(pool)
+                replayed = pool.replayed = PoolReplay(pool, mark)
+            elif replayed.mark is not mark:
+                replayed.renew(pool, mark)
             counts = replayed.counts
             left = counts[i]
             if left == UNCOUNTED:
@@ -202,7 +205,9 @@ class Replay:
             full_mask = self.full_mask
             size = self.chip.size
             for pool in touched:
-                if pools[pool].free == full_mask and pool.size == size and pool not in full:
+                replayed = pool.replayed
+                assert replayed is not None
+                if replayed.free == full_mask and pool.size == size and pool not in full:
                     full.append(pool)
             want = self.want
             if len(full) >= want:
@@ -210,30 +215,42 @@ class Replay:
             return None
         if at < self.floor:
             return None
-        return _fits(self.chip, self.need, tmpl, pools, used, touched, card_jobs)
+        return _fits(self.chip, self.need, tmpl, used, touched, card_jobs)
 
 
 class PoolReplay:
     """One pool as a :class:`Replay` has it: its free cards, and how many jobs each card still has.
 
     A card is free once all its occupants have ended: their count goes down with each release
-    (``UNCOUNTED`` until a release reaches the card). One object per pool touched, so a release
-    reads and writes its attributes instead of two dictionaries per card.
+    (``UNCOUNTED`` until a release reaches the card). Kept on the pool (``Pool.replayed``) and
+    marked with the replay it belongs to: the next replay that touches the pool renews it in
+    place. A tick replays a few dozen times over the same pools; one object per pool and
+    replay, in a dictionary per replay, was a fifth of a replay's cost. (A tick owns its
+    layout's pools: no two replays run at once on them.)
     """
 
-    __slots__ = ("counts", "free")
+    __slots__ = ("counts", "free", "mark")
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, mark: object) -> None:
+        #: The :class:`Replay` this state belongs to (``Replay.mark``).
+        self.mark = mark
         self.counts: list[int] = [UNCOUNTED] * pool.size
         #: The free mask: as it is now until a release frees a card.
         self.free: int = pool.free
+
+    def renew(self, pool: Pool, mark: object) -> None:
+        """The pool as it is now, for the replay ``mark``."""
+        self.mark = mark
+        self.free = pool.free
+        counts = self.counts
+        for i in range(len(counts)):
+            counts[i] = UNCOUNTED
 
 
 def _fits(
     chip: Chip,
     need: Need,
     tmpl: object,
-    pools: dict[Pool, PoolReplay],
     used: dict[tuple[Pool, int], list[int]],
     touched: list[Pool],
     card_jobs: dict[int, list[int]],
@@ -244,7 +261,8 @@ def _fits(
 
         assert isinstance(tmpl, VnpuTemplate)
         for pool in touched:
-            replayed = pools[pool]
+            replayed = pool.replayed
+            assert replayed is not None
             for i, dev in enumerate(pool.devs):
                 if not pool.usable >> i & 1:
                     continue
@@ -270,7 +288,9 @@ def _fits(
                     return [dev.id]
         return None
     for pool in touched:
-        mask = pools[pool].free
+        replayed = pool.replayed
+        assert replayed is not None
+        mask = replayed.free
         if n <= chip.gmax:
             group = best_group(mask, pool.groups, n)
             if group:

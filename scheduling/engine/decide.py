@@ -1703,23 +1703,40 @@ def _walk(
 
 
 def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Release]]:
-    """The cards of ``rel`` free at its time, and its claimed ones, one piece per time they come free."""
+    """The cards of ``rel`` free at its time, and its claimed ones, one piece per time they come free.
+
+    Nearly always a release's claimed cards are one hold's, free at one time: that piece is
+    gathered in a list, and a dictionary by time made only when a second time shows.
+    """
+    rel_at = rel.at
+    occ = rel.occupant
     now_cards = []
-    late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
+    first: list[tuple[Pool, int, int, int, int, bool]] = []
+    first_at = rel_at
+    late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] | None = None
     for c in rel.cards:
         free_at = claimed.get(c[0].devs[c[1]].id)
         if free_at is None:
             now_cards.append(c)
+            continue
+        at = free_at if free_at > rel_at else rel_at
+        if not first:
+            first_at = at
+            first.append(c)
+        elif at == first_at and late is None:
+            first.append(c)
         else:
-            at = max(rel.at, free_at)
+            if late is None:
+                late = {first_at: first}
             cards = late.get(at)
             if cards is None:
                 late[at] = [c]
             else:
                 cards.append(c)
-    return Release(rel.at, now_cards, rel.occupant), [
-        Release(at, cards, rel.occupant) for at, cards in sorted(late.items())
-    ]
+    now_part = Release(rel_at, now_cards, occ)
+    if late is None:
+        return now_part, [Release(first_at, first, occ)] if first else []
+    return now_part, [Release(at, cards, occ) for at, cards in sorted(late.items())]
 
 
 def _release(now: float, occ: Occupant) -> Release:

@@ -24,10 +24,13 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, VnpuTemplate
+
+if TYPE_CHECKING:  # (backfill imports this module)
+    from scheduling.engine.backfill import PoolReplay
 
 #: Float slack for unit sums (slices make fractions such as 0.3 + 0.3 + 0.4).
 EPS = 1e-9
@@ -82,6 +85,7 @@ class Pool:
         "key0",
         "ktab",
         "node",
+        "replayed",
         "size",
         "slices",
         "slot_objs",
@@ -129,6 +133,8 @@ class Pool:
         #: Per card indices a job was given whole: its slots and its ``Occupant.cards`` (values
         #: never changed once made: the placements of a node repeat from tick to tick).
         self.grants: dict[tuple[int, ...], tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]] = {}
+        #: This pool as the last shadow replay that touched it had it (``backfill.PoolReplay``).
+        self.replayed: PoolReplay | None = None
 
     def grant(self, picked: tuple[int, ...]) -> tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]:
         """The slots and ``Occupant.cards`` of a job given cards ``picked`` whole (made once)."""

@@ -107,26 +107,42 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     # larger part of it).
     by_class = guard.by_class
     default = guard.default
-    keyed: list[tuple[float, int, int]] = []
+    times: list[float] = []  # the starving jobs' keys, ids and indices, in ``idx`` order
+    ids: list[int] = []
+    picked: list[int] = []
     at: list[int] = []  # their places in ``idx``
     for pos in range(len(idx)):
         k = idx[pos]
         job = pending[k]
         limit = by_class.get(job.priority_class, default)
         if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
-            keyed.append((job.submitted_at + job.own_limits_s, job.id, k))
+            times.append(job.submitted_at + job.own_limits_s)
+            ids.append(job.id)
+            picked.append(k)
             at.append(pos)
-    if not keyed:
+    if not picked:
         return idx, set()
-    keyed.sort()  # (ids are distinct: the index is never compared; no key function called per job)
-    out = [k for _, _, k in keyed]
+    # Sorted by time alone (a list of floats sorts with a float comparison, where a tuple per job
+    # compared tuples), then each run of equal times by id, as sorting (time, id) would.
+    order = sorted(range(len(times)), key=times.__getitem__)
+    m = len(order)
+    i = 0
+    while i < m:
+        t = times[order[i]]
+        j = i + 1
+        while j < m and times[order[j]] == t:
+            j += 1
+        if j - i > 1:
+            order[i:j] = sorted(order[i:j], key=ids.__getitem__)
+        i = j
+    out = [picked[j] for j in order]
     # The others in order, copied a run at a time (no int built again per job).
     last = 0
     for pos in at:
         out += idx[last:pos]
         last = pos + 1
     out += idx[last:]
-    return out, {jid for _, jid, _ in keyed}
+    return out, set(ids)
 
 
 def served_late(guard: Guard, running: Iterable[JobState]) -> dict[int, float]:
