@@ -15,7 +15,7 @@ from scheduling.engine import reasons
 from scheduling.engine.decide import Tick, decide
 from scheduling.engine.explain import explain
 from scheduling.engine.snapshot import Snapshot
-from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, served_late
+from scheduling.engine.starvation import MAX_HOLDS_PER_CHIP, Guard, served_late, starving_first
 
 H = 3600.0
 
@@ -143,6 +143,26 @@ def test_a_reclaim_spares_the_job_the_guard_just_served_when_another_costs_less(
     assert _reclaim_world(None) == [1]
     # With the guard at 24 h, job 1 started 29.8 h after submission: its 24 h of 8 cards count too.
     assert _reclaim_world(24 * H) == [2]
+
+
+def test_starving_jobs_go_first_longest_waiting_first_and_equal_waits_by_id() -> None:
+    """The starving jobs lead the order by their wait beyond their own limits, ties by id; the
+    others keep their order. (The sort is by time alone and then by id within equal times.)"""
+    guard = Guard(policy(starvation=24 * H))
+    pending = [
+        job(7, submitted=-30 * H),
+        job(3, submitted=-2 * H),  # not starving
+        job(9, submitted=-40 * H),
+        job(5, submitted=-30 * H),
+        replace(job(4, submitted=-40 * H), own_limits_s=10 * H),  # 30 h beyond its own limits
+        job(8, submitted=-1 * H),  # not starving
+        job(6, submitted=-30 * H),
+    ]
+    idx = [5, 0, 2, 1, 3, 6, 4]  # a priority order
+    out, starving = starving_first(guard, pending, idx, T0)
+    assert [pending[k].id for k in out] == [9, 4, 5, 6, 7, 8, 3]
+    assert starving == {9, 4, 5, 6, 7}
+    assert starving_first(guard, pending[1:2], [0], T0) == ([0], set())
 
 
 def test_served_late_names_the_jobs_that_started_past_their_threshold() -> None:
