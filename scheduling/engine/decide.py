@@ -292,14 +292,14 @@ class Tick:
         self.starving: set[int] = set()
         #: Starving holds per chip model (at most :data:`MAX_HOLDS_PER_CHIP`).
         self._starving_count: dict[str, int] = {}
-        #: Per chip model, the last failed held-card try made again (``_tried_in_vain``): its holds
-        #: and the chip's ``moves`` after it.
-        self._vain: dict[str, tuple[list[Hold], int]] = {}
+        #: Per chip model, the pools the last failed held-card try made again moved to the ends of
+        #: their buckets, in order, and the chip's ``moves`` after it (``_tried_in_vain``).
+        self._moved: dict[str, tuple[list[Pool], int]] = {}
         #: Chip-model lists whose starving holds are all taken (they only fill up in a tick).
         self._holds_full: set[tuple[str, ...]] = set()
         #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
         #: usable holds by 2 × shadow times passed + within guarantee (see :meth:`_usable_holds`).
-        self._usable_cache: dict[str, tuple[list[float], bool, dict[int, tuple[list[Hold], int]]]] = {}
+        self._usable_cache: dict[str, tuple[list[float], bool, dict[int, _Usable]]] = {}
         #: Per chip model: the list of all shadow times it was made for, and how many of the chip's
         #: own lie before an end that passes each count of them (see :meth:`_usable_holds`).
         self._rank_table: dict[str, tuple[list[float], list[int]]] = {}
@@ -1057,10 +1057,10 @@ class Tick:
                     free_memo.fail(need, chip)
             held = holds.get(chip)
             if placement is None and held is not None:
-                usable, which = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
-                if usable:
+                usable = self._usable_holds(chip, held, run_time.expected(job) or 0.0, ledger, units[chip])
+                if usable.holds:
                     self.free_memo.held = True
-                    placement = self.find_with_hold(need, chip, usable, which)
+                    placement = self.find_with_hold(need, chip, usable)
             if placement is not None:
                 self.start(job, ledger, need, placement, backfilled=held is not None)
                 return True
@@ -1084,10 +1084,10 @@ class Tick:
         units: float,
         rank: int = -2,
         ranked_on: list[float] | None = None,
-    ) -> tuple[list[Hold], int]:
+    ) -> _Usable:
         """The holds on ``chip`` whose cards a job of ``duration`` may use (in the holds' order),
         and their places in the chip's list of holds as a mask (what the memo of failed
-        placements on held cards is keyed by).
+        placements on held cards is keyed by): a :class:`_Usable`.
 
         Those it ends before (``backfill.ends_before``: shadow time at or after its end), and
         ordinary ones when its team stays within its guarantee. Which holds it ends before
@@ -1124,25 +1124,27 @@ class Tick:
             which = 0
             for hold in usable:
                 which |= 1 << hold.place
-            got = lists[key] = (usable, which)
+            got = lists[key] = _Usable(usable, which)
         return got
 
-    def find_with_hold(self, need: Need, chip: str, usable: list[Hold], which: int) -> Placement | None:
+    def find_with_hold(self, need: Need, chip: str, usable: _Usable) -> Placement | None:
         """Placement that may use the cards of the ``usable`` holds (the job ends before their shadow
-        times; ``which``: their mask, as :meth:`_usable_holds` gives it)."""
+        times), as :meth:`_usable_holds` gives them."""
         state = self.state
         failed = self.free_memo.hold_failures(need, chip)
+        which = usable.which
         if failed is not None and covered(which, failed):
             # Known not to fit: the free cards and the holds only shrink, and these holds are
             # some of those a failed try had (fewer cards fit no more).
             self._tried_in_vain(chip, usable)
             return None
         # The holds' cards are lent to this one placement; what it does not start on is held again.
-        with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable]) as lent:
+        holds = usable.holds
+        with state.tentative([(hold.free_now, hold.sliced_now) for hold in holds]) as lent:
             placement = find(state, need, chip)
             if placement is not None:
                 lent.give(placement.cards)
-        for hold, kept in zip(usable, lent.kept, strict=True):
+        for hold, kept in zip(holds, lent.kept, strict=True):
             hold.free_now = kept
         if placement is None:
             self.free_memo.hold_failed(need, chip, which)
@@ -1150,23 +1152,31 @@ class Tick:
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
 
-    def _tried_in_vain(self, chip: str, usable: list[Hold]) -> None:
+    def _tried_in_vain(self, chip: str, usable: _Usable) -> None:
         """What a failed try on the ``usable`` holds' cards leaves behind: releasing and re-taking
-        the held cards moves their pools to the end of their buckets, which later placements see."""
+        the held cards moves their pools to the end of their buckets, which later placements see.
+
+        Jobs of different lengths retry different lists of holds, often the end of the list
+        tried last: moving the end of the pools just moved, with nothing moved since, leaves
+        them where they are, so nothing is moved. Each list keeps the chip's ``moves`` when its
+        pools were last in place (nothing moved since: still so).
+        """
         chip_state = self.state.chips[chip]
-        last = self._vain.get(chip)
-        if last is not None and last[0] is usable and last[1] == chip_state.moves:
-            # The same pools, moved to the end in the same order, and nothing moved since: they
-            # are where this would put them (the moves of a list in order are idempotent).
+        moves = chip_state.moves
+        if usable.in_place == moves:
             return
-        for hold in usable:
-            for pool, _ in hold.free_now:
-                bucket = chip_state.buckets[pool.key]
+        seq = [pool for hold in usable.holds for pool, _ in hold.free_now]
+        last = self._moved.get(chip)
+        if last is None or last[1] != moves or len(seq) > len(last[0]) or last[0][len(last[0]) - len(seq) :] != seq:
+            buckets = chip_state.buckets
+            for pool in seq:
+                bucket = buckets[pool.key]
                 del bucket[pool]
                 bucket[pool] = None
                 chip_state.dirty.add(pool.key)
-        chip_state.moves += 1
-        self._vain[chip] = (usable, chip_state.moves)
+            chip_state.moves = moves = moves + 1
+            self._moved[chip] = (seq, moves)
+        usable.in_place = moves
 
     def _retry(
         self,
@@ -1189,18 +1199,18 @@ class Tick:
             return None
         by_chip = self.free_memo.hold_fail.get(need)
         units = need.units
-        plan: list[tuple[str, list[Hold]]] = []
+        plan: list[tuple[str, _Usable]] = []
         for chip in looked:
             if chip not in failed_on:
                 return None
             held = holds.get(chip)
             if held is None:
                 continue
-            usable, which = self._usable_holds(chip, held, duration, ledger, units[chip], rank, ranked_on)
-            if not usable:
+            usable = self._usable_holds(chip, held, duration, ledger, units[chip], rank, ranked_on)
+            if not usable.holds:
                 continue
             failed = by_chip.get(chip) if by_chip is not None else None
-            if failed is None or not covered(which, failed):
+            if failed is None or not covered(usable.which, failed):
                 return None
             plan.append((chip, usable))
         for chip, usable in plan:
@@ -1700,6 +1710,20 @@ def _walk(
         found = replay.step(at, cards)
         if found is not None:
             return at, found
+
+
+class _Usable:
+    """The holds on one chip model whose cards some jobs may use (``Tick._usable_holds``)."""
+
+    __slots__ = ("holds", "in_place", "which")
+
+    def __init__(self, holds: list[Hold], which: int) -> None:
+        self.holds = holds
+        #: Their places in the chip model's list of holds, as a mask (the failed-try memo's key).
+        self.which = which
+        #: The chip's ``moves`` when these holds' pools were last where a failed try on them
+        #: leaves them (``Tick._tried_in_vain``; -1: not known).
+        self.in_place = -1
 
 
 def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Release]]:

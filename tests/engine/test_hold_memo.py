@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
+from typing import Any
 
 import pytest
 
@@ -47,17 +48,17 @@ def _count_wrong_refusals(snap: Snapshot, monkeypatch: pytest.MonkeyPatch) -> tu
     plain = decide_module.Tick.find_with_hold
     seen = [0, 0]
 
-    def checked(tick: decide_module.Tick, need: Need, chip: str, usable: list, which: int) -> object:
+    def checked(tick: decide_module.Tick, need: Need, chip: str, usable: Any) -> object:
         failed = tick.free_memo.hold_failures(need, chip)
-        if failed is not None and covered(which, failed):
+        if failed is not None and covered(usable.which, failed):
             seen[0] += 1
             state = tick.state
-            with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable]) as lent:
+            with state.tentative([(hold.free_now, hold.sliced_now) for hold in usable.holds]) as lent:
                 fits = find(state, need, chip) is not None
-            for hold, kept in zip(usable, lent.kept, strict=True):
+            for hold, kept in zip(usable.holds, lent.kept, strict=True):
                 hold.free_now = kept
             seen[1] += fits
-        return plain(tick, need, chip, usable, which)
+        return plain(tick, need, chip, usable)
 
     monkeypatch.setattr(decide_module.Tick, "find_with_hold", checked)
     decide_module.decide(copy.deepcopy(snap))
