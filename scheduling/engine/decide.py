@@ -297,12 +297,9 @@ class Tick:
         self._moved: dict[str, tuple[list[Pool], int]] = {}
         #: Chip-model lists whose starving holds are all taken (they only fill up in a tick).
         self._holds_full: set[tuple[str, ...]] = set()
-        #: Per chip model: its holds' shadow times in order, whether one is ordinary, and the
-        #: usable holds by 2 × shadow times passed + within guarantee (see :meth:`_usable_holds`).
-        self._usable_cache: dict[str, tuple[list[float], bool, dict[int, _Usable]]] = {}
-        #: Per chip model: the list of all shadow times it was made for, and how many of the chip's
-        #: own lie before an end that passes each count of them (see :meth:`_usable_holds`).
-        self._rank_table: dict[str, tuple[list[float], list[int]]] = {}
+        #: Per chip model, its holds as waiting jobs ask for them (:class:`_HeldOn`, see
+        #: :meth:`_usable_holds`), until a hold is added.
+        self._held_on: dict[str, _HeldOn] = {}
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id,
@@ -1099,32 +1096,31 @@ class Tick:
         passes, if the caller counted it (``Tick.run`` does for every job): the chip's count is
         then read from a table instead of counted again.
         """
-        cache = self._usable_cache.get(chip)
-        if cache is None:
-            cache = self._usable_cache[chip] = (sorted(h.shadow for h in held), any(not h.starving for h in held), {})
-        shadows, ordinary, lists = cache
+        on = self._held_on.get(chip)
+        if on is None:
+            on = self._held_on[chip] = _HeldOn(held)
+        shadows = on.shadows
         if duration <= 0:
             k = len(shadows)
         elif rank >= 0 and ranked_on is self._shadows:
-            kept = self._rank_table.get(chip)
-            if kept is None or kept[0] is not ranked_on:
+            if on.ranked_on is not ranked_on:
                 # Entry r: how many of the chip's shadow times lie before an end that passes r of
                 # all of them (those at or before the r-th of all; the chip's are among them).
-                table = [0] + [bisect_right(shadows, at) for at in ranked_on]
-                kept = self._rank_table[chip] = (ranked_on, table)
-            k = kept[1][rank]
+                on.table = [0] + [bisect_right(shadows, at) for at in ranked_on]
+                on.ranked_on = ranked_on
+            k = on.table[rank]
         else:
             k = passed(shadows, self.now + duration)
-        within = ordinary and ledger.within_guarantee(chip, units)
-        key = 2 * k + within  # (a small int: no tuple to build and hash)
-        got = lists.get(key)
+        within = on.ordinary and ledger.within_guarantee(chip, units)
+        key = 2 * k + within
+        got = on.lists[key]
         if got is None:
             least = shadows[k] if k < len(shadows) else math.inf
             usable = [h for h in held if h.shadow >= least or (within and not h.starving)]
             which = 0
             for hold in usable:
                 which |= 1 << hold.place
-            got = lists[key] = _Usable(usable, which)
+            got = on.lists[key] = _Usable(usable, which)
         return got
 
     def find_with_hold(self, need: Need, chip: str, usable: _Usable) -> Placement | None:
@@ -1460,7 +1456,7 @@ class Tick:
             kept = self._claimed_on.get(chip)
             if kept is not None and kept.version == self._claims_version:
                 self._claim(kept, hold.devices, until, True)
-        self._usable_cache.pop(chip, None)
+        self._held_on.pop(chip, None)
         self.shadow_memo.changed(chip)
         self._shadows = sorted([h.shadow for chip_holds in self.holds.values() for h in chip_holds])
         self.free_memo.epoch += 1
@@ -1710,6 +1706,25 @@ def _walk(
         found = replay.step(at, cards)
         if found is not None:
             return at, found
+
+
+class _HeldOn:
+    """One chip model's holds as waiting jobs ask for them (``Tick._usable_holds``), until a hold
+    is added: one look-up per ask, where three dictionaries were read."""
+
+    __slots__ = ("lists", "ordinary", "ranked_on", "shadows", "table")
+
+    def __init__(self, held: list[Hold]) -> None:
+        #: The holds' shadow times in order.
+        self.shadows = sorted(h.shadow for h in held)
+        #: Whether one of them is an ordinary hold (jobs within their guarantee may use those).
+        self.ordinary = any(not h.starving for h in held)
+        #: The usable holds by 2 × shadow times passed + within guarantee.
+        self.lists: list[_Usable | None] = [None] * (2 * len(self.shadows) + 2)
+        #: The list of all chip models' shadow times ``table`` was made for, and the table: how
+        #: many of this model's own lie before an end that passes each count of them.
+        self.ranked_on: list[float] | None = None
+        self.table: list[int] = []
 
 
 class _Usable:

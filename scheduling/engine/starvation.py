@@ -110,16 +110,19 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     times: list[float] = []  # the starving jobs' keys, ids and indices, in ``idx`` order
     ids: list[int] = []
     picked: list[int] = []
-    at: list[int] = []  # their places in ``idx``
-    for pos in range(len(idx)):
-        k = idx[pos]
+    # The order groups jobs by class first: the last class's threshold is kept, not looked up again.
+    last_class = ""
+    limit = by_class.get(last_class, default)
+    for k in idx:
         job = pending[k]
-        limit = by_class.get(job.priority_class, default)
+        cls = job.priority_class
+        if cls is not last_class:
+            last_class = cls
+            limit = by_class.get(cls, default)
         if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
             times.append(job.submitted_at + job.own_limits_s)
             ids.append(job.id)
             picked.append(k)
-            at.append(pos)
     if not picked:
         return idx, set()
     # Sorted by time alone (a list of floats sorts with a float comparison, where a tuple per job
@@ -136,12 +139,11 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
             order[i:j] = sorted(order[i:j], key=ids.__getitem__)
         i = j
     out = [picked[j] for j in order]
-    # The others in order, copied a run at a time (no int built again per job).
-    last = 0
-    for pos in at:
-        out += idx[last:pos]
-        last = pos + 1
-    out += idx[last:]
+    # The others in order.
+    starving = [False] * len(pending)
+    for k in picked:
+        starving[k] = True
+    out += [k for k in idx if not starving[k]]
     return out, set(ids)
 
 
