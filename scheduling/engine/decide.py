@@ -1134,6 +1134,12 @@ class Tick:
             # some of those a failed try had (fewer cards fit no more).
             self._tried_in_vain(chip, usable)
             return None
+        if not self._may_fit_held(need, chip, usable.holds):
+            # Not on any node with held cards, nor (the caller found) on the others: the try would
+            # release and take back the held cards and find nothing. Its moves are made alone.
+            self.free_memo.hold_failed(need, chip, which)
+            self._tried_in_vain(chip, usable)
+            return None
         # The holds' cards are lent to this one placement; what it does not start on is held again.
         holds = usable.holds
         with state.tentative([(hold.free_now, hold.sliced_now) for hold in holds]) as lent:
@@ -1147,6 +1153,29 @@ class Tick:
         else:
             self.shadow_memo.earlier()  # an ordinary hold's cards never came free in a replay
         return placement
+
+    def _may_fit_held(self, need: Need, chip: str, holds: list[Hold]) -> bool:
+        """Whether a single-node whole-card ``need`` may fit on a node of ``chip`` with the ``holds``'
+        free cards lent (``False``: surely not).
+
+        Called after the placement on free cards alone failed, so only the nodes with held
+        cards can take it: each is asked as placement asks it (``Chip.pick``), with its held
+        cards free. Slices, multi-node gangs and holds of sliced cards are tried in full.
+        """
+        chip_state = self.state.chips[chip]
+        n = need.whole
+        if need.template is not None or n > chip_state.size:
+            return True
+        lent: dict[Pool, int] = {}
+        for hold in holds:
+            if hold.sliced_now:
+                return True
+            for pool, mask in hold.free_now:
+                lent[pool] = lent.get(pool, 0) | mask
+        for pool, mask in lent.items():
+            if chip_state.pick(pool, pool.free | (mask & pool.usable), n) is not None:
+                return True
+        return False
 
     def _tried_in_vain(self, chip: str, usable: _Usable) -> None:
         """What a failed try on the ``usable`` holds' cards leaves behind: releasing and re-taking
