@@ -110,10 +110,12 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
     times: list[float] = []  # the starving jobs' keys, ids and indices, in ``idx`` order
     ids: list[int] = []
     picked: list[int] = []
+    at: list[int] = []  # their places in ``idx``
     # The order groups jobs by class first: the last class's threshold is kept, not looked up again.
     last_class = ""
     limit = by_class.get(last_class, default)
-    for k in idx:
+    for pos in range(len(idx)):
+        k = idx[pos]
         job = pending[k]
         cls = job.priority_class
         if cls is not last_class:
@@ -123,6 +125,7 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
             times.append(job.submitted_at + job.own_limits_s)
             ids.append(job.id)
             picked.append(k)
+            at.append(pos)
     if not picked:
         return idx, set()
     # Sorted by time alone (a list of floats sorts with a float comparison, where a tuple per job
@@ -139,11 +142,12 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
             order[i:j] = sorted(order[i:j], key=ids.__getitem__)
         i = j
     out = [picked[j] for j in order]
-    # The others in order.
-    starving = [False] * len(pending)
-    for k in picked:
-        starving[k] = True
-    out += [k for k in idx if not starving[k]]
+    # The others in order, copied a run at a time (no int built again per job).
+    last = 0
+    for pos in at:
+        out += idx[last:pos]
+        last = pos + 1
+    out += idx[last:]
     return out, set(ids)
 
 
