@@ -1773,16 +1773,35 @@ class _Usable:
 def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Release]]:
     """The cards of ``rel`` free at its time, and its claimed ones, one piece per time they come free.
 
-    Nearly always a release's claimed cards are one hold's, free at one time: that piece is
-    gathered in a list, and a dictionary by time made only when a second time shows.
+    Nearly always a release's claimed cards are one hold's, free at one time: when all its cards
+    are, the piece is the release's own list; else the claimed ones are gathered in a list, and a
+    dictionary by time made only when a second time shows.
     """
     rel_at = rel.at
     occ = rel.occupant
+    cards = rel.cards
+    # Most often all its cards are one hold's: the piece is the release's own list of cards.
+    n = len(cards)
+    first_at = rel_at
+    j = 0
+    while j < n:
+        c = cards[j]
+        free_at = claimed.get(c[0].devs[c[1]].id)
+        if free_at is None:
+            break
+        at = free_at if free_at > rel_at else rel_at
+        if j == 0:
+            first_at = at
+        elif at != first_at:
+            break
+        j += 1
+    if n and j == n:
+        return Release(rel_at, [], occ), [Release(first_at, cards, occ)]
     now_cards = []
     first: list[tuple[Pool, int, int, int, int, bool]] = []
     first_at = rel_at
     late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] | None = None
-    for c in rel.cards:
+    for c in cards:
         free_at = claimed.get(c[0].devs[c[1]].id)
         if free_at is None:
             now_cards.append(c)
@@ -1796,15 +1815,15 @@ def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Rele
         else:
             if late is None:
                 late = {first_at: first}
-            cards = late.get(at)
-            if cards is None:
+            piece = late.get(at)
+            if piece is None:
                 late[at] = [c]
             else:
-                cards.append(c)
+                piece.append(c)
     now_part = Release(rel_at, now_cards, occ)
     if late is None:
         return now_part, [Release(first_at, first, occ)] if first else []
-    return now_part, [Release(at, cards, occ) for at, cards in sorted(late.items())]
+    return now_part, [Release(at, piece, occ) for at, piece in sorted(late.items())]
 
 
 def _release(now: float, occ: Occupant) -> Release:
