@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
 
 from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
+from scheduling.engine.layout import UNCOUNTED, PoolReplay
 from scheduling.engine.placement import Need, best_group, lowest_bits
 from scheduling.engine.record import Record
 
@@ -96,10 +96,6 @@ class Release(Record):
         self.at = at
         self.cards = cards
         self.occupant = occupant
-
-
-#: A card's count of occupants before a replay's release reaches it (``PoolReplay.counts``).
-UNCOUNTED: Final = -(1 << 40)
 
 
 def shadow(
@@ -216,35 +212,6 @@ class Replay:
         if at < self.floor:
             return None
         return _fits(self.chip, self.need, tmpl, used, touched, card_jobs)
-
-
-class PoolReplay:
-    """One pool as a :class:`Replay` has it: its free cards, and how many jobs each card still has.
-
-    A card is free once all its occupants have ended: their count goes down with each release
-    (``UNCOUNTED`` until a release reaches the card). Kept on the pool (``Pool.replayed``) and
-    marked with the replay it belongs to: the next replay that touches the pool renews it in
-    place. A tick replays a few dozen times over the same pools; one object per pool and
-    replay, in a dictionary per replay, was a fifth of a replay's cost. (A tick owns its
-    layout's pools: no two replays run at once on them.)
-    """
-
-    __slots__ = ("counts", "free", "mark")
-
-    def __init__(self, pool: Pool, mark: object) -> None:
-        #: The :class:`Replay` this state belongs to (``Replay.mark``).
-        self.mark = mark
-        self.counts: list[int] = [UNCOUNTED] * pool.size
-        #: The free mask: as it is now until a release frees a card.
-        self.free: int = pool.free
-
-    def renew(self, pool: Pool, mark: object) -> None:
-        """The pool as it is now, for the replay ``mark``."""
-        self.mark = mark
-        self.free = pool.free
-        counts = self.counts
-        for i in range(len(counts)):
-            counts[i] = UNCOUNTED
 
 
 def _fits(

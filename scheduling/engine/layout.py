@@ -24,13 +24,10 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, VnpuTemplate
-
-if TYPE_CHECKING:  # (backfill imports this module)
-    from scheduling.engine.backfill import PoolReplay
 
 #: Float slack for unit sums (slices make fractions such as 0.3 + 0.3 + 0.4).
 EPS = 1e-9
@@ -67,6 +64,39 @@ class Card:
         self.ai_cores = ai_cores
         self.hbm_mb = hbm_mb
         self.ai_cpus = ai_cpus
+
+
+#: A card's count of occupants before a replay's release reaches it (``PoolReplay.counts``).
+UNCOUNTED: Final = -(1 << 40)
+
+
+class PoolReplay:
+    """One pool as a shadow replay (``backfill.Replay``) has it: its free cards, and how many jobs each card still has.
+
+    A card is free once all its occupants have ended: their count goes down with each release
+    (``UNCOUNTED`` until a release reaches the card). Kept on the pool (``Pool.replayed``) and
+    marked with the replay it belongs to: the next replay that touches the pool renews it in
+    place. A tick replays a few dozen times over the same pools; one object per pool and
+    replay, in a dictionary per replay, was a fifth of a replay's cost. (A tick owns its
+    layout's pools: no two replays run at once on them.)
+    """
+
+    __slots__ = ("counts", "free", "mark")
+
+    def __init__(self, pool: Pool, mark: object) -> None:
+        #: The replay this state belongs to (``backfill.Replay.mark``).
+        self.mark = mark
+        self.counts: list[int] = [UNCOUNTED] * pool.size
+        #: The free mask: as it is now until a release frees a card.
+        self.free: int = pool.free
+
+    def renew(self, pool: Pool, mark: object) -> None:
+        """The pool as it is now, for the replay ``mark``."""
+        self.mark = mark
+        self.free = pool.free
+        counts = self.counts
+        for i in range(len(counts)):
+            counts[i] = UNCOUNTED
 
 
 class Pool:
@@ -133,7 +163,7 @@ class Pool:
         #: Per card indices a job was given whole: its slots and its ``Occupant.cards`` (values
         #: never changed once made: the placements of a node repeat from tick to tick).
         self.grants: dict[tuple[int, ...], tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]] = {}
-        #: This pool as the last shadow replay that touched it had it (``backfill.PoolReplay``).
+        #: This pool as the last shadow replay that touched it had it (:class:`PoolReplay`).
         self.replayed: PoolReplay | None = None
 
     def grant(self, picked: tuple[int, ...]) -> tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]:
