@@ -123,7 +123,7 @@ from scheduling.engine.starvation import (
     starving_first,
     unheld_detail,
 )
-from scheduling.engine.tick_memo import MemoWait, RankMemo, ShadowMemo, TickMemo, covered, passed
+from scheduling.engine.tick_memo import MemoWait, RankMemo, Ranks, ShadowMemo, TickMemo, covered, passed
 
 _PRIORITY_TEXT = "a higher-priority job waits for these devices"
 _LEAVING_TEXT = "waiting for jobs already leaving"
@@ -297,6 +297,8 @@ class Tick:
         self._moved: dict[str, tuple[list[Pool], int]] = {}
         #: Chip-model lists whose starving holds are all taken (they only fill up in a tick).
         self._holds_full: set[tuple[str, ...]] = set()
+        #: The words of a starving job's wait without a hold, by class and chip models (``_starving_blocked``).
+        self._unheld: dict[tuple[str, tuple[str, ...]], str] = {}
         #: Per chip model, its holds as waiting jobs ask for them (:class:`_HeldOn`, see
         #: :meth:`_usable_holds`), until a hold is added.
         self._held_on: dict[str, _HeldOn] = {}
@@ -604,6 +606,7 @@ class Tick:
         reservations = self.reservations
         reserved = bool(reservations.held)
         shadows = self._shadows
+        ranks = Ranks(shadows)  # (made again when ``shadows`` changes, before a job reads it)
         # The starving jobs are the first of the order (``starving_first``): counted off, not
         # looked up in ``self.starving`` for each of the 10,000 jobs.
         front = len(self.starving)
@@ -653,7 +656,13 @@ class Tick:
             # the answer also depends on which shadow times the job ends before.
             if holds:
                 duration = run_time.expected(job) or 0.0
-                rank = passed(shadows, now + duration) if duration > 0 else -1
+                if duration > 0:
+                    if ranks.times is not shadows:
+                        ranks = Ranks(shadows)
+                    end = now + duration
+                    rank = ranks.count(end) if ranks.scale > 0.0 else passed(shadows, end)
+                else:
+                    rank = -1
             else:
                 duration = 0.0  # (read below only once a hold exists)
                 rank = 0
@@ -1420,11 +1429,17 @@ class Tick:
         in time on a card. See :mod:`starvation`.
         """
         guard = self.guard
-        room = [c for c in chips if self._starving_count.get(c, 0) < MAX_HOLDS_PER_CHIP]
+        counts = self._starving_count
+        room = [c for c in chips if counts.get(c, 0) < MAX_HOLDS_PER_CHIP]
         if not room:
-            # Stable as an ordinary wait is: the starving holds only fill up during a tick.
-            why = f"{MAX_HOLDS_PER_CHIP} jobs that waited longer hold cards on {', '.join(chips)} first"
-            return reasons.RESOURCES, unheld_detail(guard, job, why), None
+            # Stable as an ordinary wait is: the starving holds only fill up during a tick. The
+            # words are the same for every job of a class and chip models: written once a tick.
+            key = (job.priority_class, tuple(chips))
+            detail = self._unheld.get(key)
+            if detail is None:
+                why = f"{MAX_HOLDS_PER_CHIP} jobs that waited longer hold cards on {', '.join(chips)} first"
+                detail = self._unheld[key] = unheld_detail(guard, job, why)
+            return reasons.RESOURCES, detail, None
         self.free_memo.stable = False
         best: tuple[float, str, list[int]] | None = None
         for chip in room:

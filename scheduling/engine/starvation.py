@@ -67,6 +67,9 @@ from scheduling.engine.snapshot import JobState
 #: Reservations of starving jobs on one chip model in one tick (each costs a shadow replay).
 MAX_HOLDS_PER_CHIP: Final = 16
 
+#: "00" to "59", for the times in a hold's words (:func:`held_detail`).
+_TWO_DIGITS: Final = [f"{i:02d}" for i in range(60)]
+
 
 class Guard:
     """The policy's starvation thresholds by class, read once per tick."""
@@ -171,7 +174,12 @@ def served_late(guard: Guard, running: Iterable[JobState]) -> dict[int, float]:
 def held_detail(guard: Guard, job: JobState, nodes: list[str], at: float, policy: Policy) -> str:
     """The reason's words for a starving job with cards held: what, where, from when (policy clock)."""
     limit = guard.after(job.priority_class) or 0.0
-    when = datetime.fromtimestamp(at, zone(policy.timezone)).strftime("%Y-%m-%d %H:%M %Z")
+    day = datetime.fromtimestamp(at, zone(policy.timezone))
+    # As ``strftime("%Y-%m-%d %H:%M %Z")`` writes it, from strings made once: a tick writes this
+    # for each of up to :data:`MAX_HOLDS_PER_CHIP` holds per chip model, and both ``strftime``
+    # and format specs cost several times the rest of a hold.
+    two = _TWO_DIGITS
+    when = f"{day.year}-{two[day.month]}-{two[day.day]} {two[day.hour]}:{two[day.minute]} {day.tzname()}"
     where = ", ".join(nodes) if len(nodes) <= 4 else f"{', '.join(nodes[:4])} and {len(nodes) - 4} more"
     return f"waiting more than {format_duration(limit)}: cards on {where} held for it from {when}"
 
