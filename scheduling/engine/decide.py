@@ -302,6 +302,8 @@ class Tick:
         #: Per chip model, its holds as waiting jobs ask for them (:class:`_HeldOn`, see
         #: :meth:`_usable_holds`), until a hold is added.
         self._held_on: dict[str, _HeldOn] = {}
+        #: The cards of every hold of the tick (a later hold lends none of them: ``hold``).
+        self._held_devices: set[int] = set()
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id,
@@ -1479,13 +1481,18 @@ class Tick:
         state = self.state
         masks: dict[Pool, int] = {}
         sliced: list[tuple[Pool, int]] = []
+        earlier = self._held_devices
         for dev in devices:
             pool, i = state.where[dev]
             if pool.free >> i & 1:
                 masks[pool] = masks.get(pool, 0) | (1 << i)
-            elif pool.slices[i] and pool.usable >> i & 1:
+            elif pool.slices[i] and pool.usable >> i & 1 and dev not in earlier:
+                # A sliced card an earlier hold has is that hold's first (stacked holds follow
+                # each other on a card): lending this one's cards must not show it. (A free card
+                # is never in two holds: the first took it.)
                 state.hide_slices(pool, i)
                 sliced.append((pool, i))
+        earlier.update(devices)
         for pool, mask in masks.items():
             state.take_whole(pool, mask)
         hold = Hold(chip, job.id, at, list(masks.items()), frozenset(devices), sliced, starving, until)

@@ -123,6 +123,35 @@ def test_starving_holds_never_overlap_and_nothing_started_on_them_delays_them(sn
     assert all(jid in order for _, jid in starving)
 
 
+def test_a_slice_that_ends_before_the_later_hold_only_does_not_start_on_a_card_the_earlier_hold_has() -> None:
+    """Two starving holds stack on a sliced card: the first from when its slice ends, the second after
+    the first's job. A slice job that ends before the second hold's time but not the first's may
+    borrow the second's cards only: the sliced card is the first's until then, and a slice on it
+    would delay that job.
+
+    (Found by the property test below: lending the second hold's cards showed the card's slices
+    to placement again, and the slice started on the first hold's card.)
+    """
+    cl = Cluster().node("n1", chip="310P3", devices=4)
+    running = [
+        job(1, slots=[cl.dev("n1/1")], started=-60, est=H),
+        job(2, slots=[cl.dev("n1/2")], started=-60, est=H),
+        job(3, vnpu="vir02", slots=[cl.dev("n1/3")], started=-H + 60, est=H),  # its slice ends in 60 s
+    ]
+    pending = [
+        job(10, "c", 2, submitted=-1000, est=60),  # starving: n1/0 now and n1/3 in 60 s
+        job(11, "a", 3, submitted=-1000 + 1, est=60),  # starving: after job 1 and 2 end
+        job(12, "c", 1, "low", vnpu="vir02", submitted=-5, est=120),  # ends in 120 s: after job 10's hold
+    ]
+    tick = Tick(snapshot(policy(starvation=900), cl, pending, running))
+    out = tick.run()
+    holds = {h.job_id: h for hs in tick.holds.values() for h in hs}
+    assert holds[10].shadow == T0 + 60 and cl.dev("n1/3") in holds[10].devices
+    assert cl.dev("n1/3") in holds[11].devices and holds[11].shadow > T0 + 120
+    assert [s.job_id for s in out.starts] == [], "no slice on the card held for job 10"
+    assert out.waiting[12].reason == reasons.RESOURCES
+
+
 def _reclaim_world(starvation: float | None) -> list[int]:
     """n1 and n2 of 8 cards, all borrowed by team b: on n1 an 8-card job that started 10 minutes
     ago after waiting 30 h; on n2 one that started 40 minutes ago at once. Team c, within its
