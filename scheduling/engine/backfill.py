@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from scheduling.engine.capacity import Chip, ClusterState, Occupant, Pool
-from scheduling.engine.layout import UNCOUNTED, PoolReplay
+from scheduling.engine.layout import PoolReplay
 from scheduling.engine.placement import Need, best_group, lowest_bits
 from scheduling.engine.record import Record
 
@@ -172,14 +172,11 @@ class Replay:
                 continue
             replayed = pool.replayed
             if replayed is None:
-                replayed = pool.replayed = PoolReplay(pool, mark)
+                replayed = pool.replayed = PoolReplay(pool, mark, card_jobs)
             elif replayed.mark is not mark:
-                replayed.renew(pool, mark)
+                replayed.renew(pool, mark, card_jobs)
             counts = replayed.counts
-            left = counts[i]
-            if left == UNCOUNTED:
-                left = len(card_jobs.get(pool.devs[i].id, ()))
-            counts[i] = left = left - 1
+            counts[i] = left = counts[i] - 1
             if tmpl is not None:
                 key = (pool, i)
                 if not whole:
@@ -211,7 +208,7 @@ class Replay:
             return None
         if at < self.floor:
             return None
-        return _fits(self.chip, self.need, tmpl, used, touched, card_jobs)
+        return _fits(self.chip, self.need, tmpl, used, touched)
 
 
 def _fits(
@@ -220,7 +217,6 @@ def _fits(
     tmpl: object,
     used: dict[tuple[Pool, int], list[int]],
     touched: list[Pool],
-    card_jobs: dict[int, list[int]],
 ) -> list[int] | None:
     n = need.whole
     if tmpl is not None:
@@ -242,8 +238,6 @@ def _fits(
                     else:
                         continue
                 left = replayed.counts[i]
-                if left == UNCOUNTED:
-                    left = len(card_jobs.get(dev.id, ()))
                 whole_taken = left > 0 and not pool.slices[i]
                 if whole_taken:
                     continue

@@ -647,6 +647,7 @@ class ClusterState:
                 chip_name = located = pool.chip
                 pool.free &= keep
                 if cj is not None:  # (see _card_jobs_add)
+                    pool.jobs_changed += 1
                     on_card = cj.get(slot.device_id)
                     if on_card is None:
                         if mine is None:
@@ -849,6 +850,7 @@ def _card_jobs_add(cj: dict[int, list[int]], occ: Occupant) -> None:
     jid = occ.job.id
     mine: list[int] | None = None
     for pool, i, _ in occ.cards:
+        pool.jobs_changed += 1
         dev = pool.ids[i]
         jobs = cj.get(dev)
         if jobs is None:
@@ -863,6 +865,7 @@ def _card_jobs_drop(cj: dict[int, list[int]], occ: Occupant) -> None:
     """Take ``occ``'s job off its cards in a ``card_jobs`` map (replacing lists, see :func:`_card_jobs_add`)."""
     jid = occ.job.id
     for pool, i, _ in occ.cards:
+        pool.jobs_changed += 1
         dev = pool.ids[i]
         jobs = cj.get(dev)
         if jobs is not None and jid in jobs:

@@ -1316,6 +1316,7 @@ class Tick:
         state._started.append(occ)
         cj = state._card_jobs
         if cj is not None:  # (see capacity._card_jobs_add)
+            pool.jobs_changed += 1
             ids = pool.ids
             mine: list[int] | None = None
             for i in placement.picked:

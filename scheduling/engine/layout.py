@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, VnpuTemplate
@@ -66,37 +66,44 @@ class Card:
         self.ai_cpus = ai_cpus
 
 
-#: A card's count of occupants before a replay's release reaches it (``PoolReplay.counts``).
-UNCOUNTED: Final = -(1 << 40)
-
-
 class PoolReplay:
     """One pool as a shadow replay (``backfill.Replay``) has it: its free cards, and how many jobs each card still has.
 
-    A card is free once all its occupants have ended: their count goes down with each release
-    (``UNCOUNTED`` until a release reaches the card). Kept on the pool (``Pool.replayed``) and
-    marked with the replay it belongs to: the next replay that touches the pool renews it in
-    place. A tick replays a few dozen times over the same pools; one object per pool and
-    replay, in a dictionary per replay, was a fifth of a replay's cost. (A tick owns its
-    layout's pools: no two replays run at once on them.)
+    A card is free once all its occupants have ended: their count goes down with each release.
+    Kept on the pool (``Pool.replayed``) and marked with the replay it belongs to: the next
+    replay that touches the pool renews it in place. A tick replays a few dozen times over the
+    same pools; one object per pool and replay, in a dictionary per replay, was a fifth of a
+    replay's cost. (A tick owns its layout's pools: no two replays run at once on them.)
+
+    The counts a replay starts from (``base``) are read from the map of jobs per card once and
+    kept until that map changes on one of the pool's cards (``Pool.jobs_changed``) or is
+    another map: a starving tick's replays read the same cards' counts tens of times, and
+    that look-up per card was the largest single cost of a replay's step.
     """
 
-    __slots__ = ("counts", "free", "mark")
+    __slots__ = ("base", "base_map", "base_stamp", "counts", "free", "mark")
 
-    def __init__(self, pool: Pool, mark: object) -> None:
+    def __init__(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
         #: The replay this state belongs to (``backfill.Replay.mark``).
         self.mark = mark
-        self.counts: list[int] = [UNCOUNTED] * pool.size
+        #: Jobs per card now, and the map and ``Pool.jobs_changed`` they were read at.
+        self.base: list[int] = [len(card_jobs.get(dev, ())) for dev in pool.ids]
+        self.base_map = card_jobs
+        self.base_stamp = pool.jobs_changed
+        #: Jobs per card as the replay has them (``base`` less the releases so far).
+        self.counts: list[int] = self.base[:]
         #: The free mask: as it is now until a release frees a card.
         self.free: int = pool.free
 
-    def renew(self, pool: Pool, mark: object) -> None:
+    def renew(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
         """The pool as it is now, for the replay ``mark``."""
         self.mark = mark
         self.free = pool.free
-        counts = self.counts
-        for i in range(len(counts)):
-            counts[i] = UNCOUNTED
+        if self.base_map is not card_jobs or self.base_stamp != pool.jobs_changed:
+            self.base = [len(card_jobs.get(dev, ())) for dev in pool.ids]
+            self.base_map = card_jobs
+            self.base_stamp = pool.jobs_changed
+        self.counts[:] = self.base
 
 
 class Pool:
@@ -111,6 +118,7 @@ class Pool:
         "groups",
         "ids",
         "idx",
+        "jobs_changed",
         "key",
         "key0",
         "ktab",
@@ -165,6 +173,9 @@ class Pool:
         self.grants: dict[tuple[int, ...], tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]] = {}
         #: This pool as the last shadow replay that touched it had it (:class:`PoolReplay`).
         self.replayed: PoolReplay | None = None
+        #: Bumped whenever a map of jobs per card (``ClusterState.card_jobs``) changes on one of
+        #: this pool's cards: a replay's counts read before are stale then (:class:`PoolReplay`).
+        self.jobs_changed = 0
 
     def grant(self, picked: tuple[int, ...]) -> tuple[tuple[Slot, ...], list[tuple[Pool, int, None]]]:
         """The slots and ``Occupant.cards`` of a job given cards ``picked`` whole (made once)."""
