@@ -307,9 +307,9 @@ class Tick:
         #: Pools with a blocked job in front (backfill off).
         self.blocked: set[str] = set()
         #: Cards promised to waiting jobs, busy for other jobs' shadow times until then, by job id,
-        #: and a count of their changes (what the claimed cards kept per chip model were built at).
+        #: and a count of their changes per chip model (what the claimed cards kept for it were built at).
         self._claims: dict[int, tuple[list[int], float]] = {}
-        self._claims_version = 0
+        self._claims_version: dict[str, int] = {}
         self._claimed_on: dict[str, _Claimed] = {}
         #: Promises from earlier ticks still in force, by job id (see :meth:`_hold_promises`).
         self.promised: dict[int, _Promised] = {}
@@ -371,13 +371,28 @@ class Tick:
 
     def _set_claim(self, jid: int, devices: list[int], free_at: float) -> None:
         """``jid``'s cards are busy for other jobs' shadow times until ``free_at`` (a promise, a plan)."""
+        old = self._claims.get(jid)
+        if old is not None:
+            self._claims_changed(old[0])
         self._claims[jid] = (devices, free_at)
-        self._claims_version += 1
+        self._claims_changed(devices)
 
     def _drop_claim(self, jid: int) -> None:
         """``jid``'s claim ends (it started, or its promise lapsed)."""
-        self._claims.pop(jid, None)
-        self._claims_version += 1
+        old = self._claims.pop(jid, None)
+        if old is not None:
+            self._claims_changed(old[0])
+
+    def _claims_changed(self, devices: list[int]) -> None:
+        """A claim on ``devices`` came or went: the claimed cards kept for their chip model are stale.
+
+        Counted per chip model (a claim's cards are all of one, as :meth:`_claimed` reads them):
+        a victim search's plan on one model left the others' kept claims as they were.
+        """
+        spot = self.state.where.get(devices[0]) if devices else None
+        if spot is not None:
+            chip = spot[0].chip
+            self._claims_version[chip] = self._claims_version.get(chip, 0) + 1
 
     def _change(self, occ: Occupant) -> None:
         """``occ`` started or began to leave in this tick: its release moves."""
@@ -1506,7 +1521,7 @@ class Tick:
         if starving:
             self._starving_count[chip] = self._starving_count.get(chip, 0) + 1
             kept = self._claimed_on.get(chip)
-            if kept is not None and kept.version == self._claims_version:
+            if kept is not None and kept.version == self._claims_version.get(chip, 0):
                 self._claim(kept, hold.devices, until, True)
         self._held_on.pop(chip, None)
         self.shadow_memo.changed(chip)
@@ -1520,7 +1535,7 @@ class Tick:
         cards are all of one model, as are a hold's). Kept until ``_claims`` changes; a starving
         hold adds its cards in place (:meth:`hold`).
         """
-        kept = _Claimed(self._claims_version)
+        kept = _Claimed(self._claims_version.get(chip, 0))
         where = self.state.where
         for devices, free_at in self._claims.values():
             spot = where.get(devices[0]) if devices else None
@@ -1566,7 +1581,7 @@ class Tick:
         state = self.state
         starving = [h for h in self.holds.get(chip, ()) if h.starving]
         kept = self._claimed_on.get(chip)
-        if kept is None or kept.version != self._claims_version:
+        if kept is None or kept.version != self._claims_version.get(chip, 0):
             kept = self._claimed_on[chip] = self._claimed(chip, starving)
         claimed = kept.cards
         mark = kept.mark if claimed else None
@@ -1657,7 +1672,7 @@ class _Claimed:
     __slots__ = ("cards", "mark", "version")
 
     def __init__(self, version: int) -> None:
-        #: ``Tick._claims_version`` when built.
+        #: ``Tick._claims_version`` of its chip model when built.
         self.version = version
         #: Device id -> when it comes free.
         self.cards: dict[int, float] = {}

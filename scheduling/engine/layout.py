@@ -103,7 +103,7 @@ class PoolReplay:
             self.base = [len(card_jobs.get(dev, ())) for dev in pool.ids]
             self.base_map = card_jobs
             self.base_stamp = pool.jobs_changed
-        self.counts[:] = self.base
+        self.counts = self.base.copy()
 
 
 class Pool:
