@@ -677,6 +677,8 @@ class Tick:
                     if ranks.times is not shadows:
                         ranks = Ranks(shadows)
                     end = now + duration
+                    # (A list too short for a grid is searched without the method call: the
+                    # guard-off tick, with a hold or two, was slower through it.)
                     rank = ranks.count(end) if ranks.scale > 0.0 else passed(shadows, end)
                 else:
                     rank = -1

@@ -86,14 +86,15 @@ class PoolReplay:
     def __init__(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
         #: The replay this state belongs to (``backfill.Replay.mark``).
         self.mark = mark
-        #: Jobs per card now, and the map and ``Pool.jobs_changed`` they were read at.
-        self.base: list[int] = [len(card_jobs.get(dev, ())) for dev in pool.ids]
-        self.base_map = card_jobs
-        self.base_stamp = pool.jobs_changed
+        #: Jobs per card now, and the map and ``Pool.jobs_changed`` they were read at (none yet).
+        self.base: list[int] = []
+        self.base_map: dict[int, list[int]] | None = None
+        self.base_stamp = -1
         #: Jobs per card as the replay has them (``base`` less the releases so far).
-        self.counts: list[int] = self.base[:]
+        self.counts: list[int] = []
         #: The free mask: as it is now until a release frees a card.
         self.free: int = pool.free
+        self.renew(pool, mark, card_jobs)
 
     def renew(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
         """The pool as it is now, for the replay ``mark``."""
