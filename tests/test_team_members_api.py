@@ -148,3 +148,24 @@ def test_npuctl_team_lists_adds_sets_and_removes(
     code, out, err = run("team", "remove", "nia")
     assert (code, out.strip()) == (0, "nia is no longer in training."), err
     assert not Membership.objects.filter(user__username="nia").exists()
+
+
+def test_a_member_removed_a_moment_before_is_not_found_not_a_bad_request(people: dict[str, Any], api: Any) -> None:
+    """Two requests remove one member at once (the API's fuzzing runs a lead and an admin side by
+    side): the second finds the membership gone after its own look-up. That is a 404, as for a member
+    never there, not a 400 that blames the request."""
+    from rest_framework.exceptions import NotFound
+
+    from quotas.api.views import _member_refusal
+    from quotas.models import Team
+    from quotas.tenancy.members import MemberError, remove_member
+
+    team = Team.objects.get(name="training")
+    gone = Membership.objects.get(team=team, user=people["member"])
+    assert api(people["lead"]).delete(f"{MEMBERS}ann/").status_code == 200
+    with pytest.raises(MemberError) as refused:
+        remove_member(people["lead"], team, gone.pk)  # the second request, past the view's look-up
+    assert refused.value.gone and refused.value.errors == {"member": "no such member of training"}
+    answer = _member_refusal(refused.value)
+    assert isinstance(answer, NotFound) and answer.status_code == 404
+    assert api(people["lead"]).delete(f"{MEMBERS}ann/").status_code == 404

@@ -326,7 +326,10 @@ class TeamViewSet(FormatSuffixes, viewsets.ReadOnlyModelViewSet):
 
 
 def _member_refusal(exc: MemberError) -> Exception:
-    """409 for a change the team's state refuses (its only lead, already in it, run by the directory), else 400."""
+    """404 for a member no longer in the team (removed by a request a moment before), 409 for a change
+    the team's state refuses (its only lead, already in it, run by the directory), else 400."""
+    if exc.gone:
+        return NotFound("; ".join(exc.errors.values()))
     details = {key: [message] for key, message in exc.errors.items()}
     return Conflict(details) if exc.conflict else ValidationError(details)
 

@@ -42,12 +42,15 @@ class MemberError(ValueError):
 
     ``conflict``: the request was well formed but the team's state refuses it (its only lead, someone
     already in it, a team the directory runs); the API answers 409 to those, 400 to the rest.
+    ``gone``: the member is not (or no longer) in the team, as when another request removed them a
+    moment before; the API answers 404, as it does to a member it never found.
     """
 
-    def __init__(self, errors: dict[str, str], *, conflict: bool = False) -> None:
+    def __init__(self, errors: dict[str, str], *, conflict: bool = False, gone: bool = False) -> None:
         super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
         self.errors = errors
         self.conflict = conflict
+        self.gone = gone
 
 
 def may_manage(user: Any, team: Team) -> bool:
@@ -293,4 +296,4 @@ def _membership(team: Team, membership_id: object) -> Membership:
     try:
         return Membership.objects.select_related("user").get(team=team, pk=int(str(membership_id)))
     except (ValueError, Membership.DoesNotExist) as exc:
-        raise MemberError({"member": f"no such member of {team.name}"}) from exc
+        raise MemberError({"member": f"no such member of {team.name}"}, gone=True) from exc
