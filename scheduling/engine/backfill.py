@@ -176,7 +176,14 @@ class Replay:
             elif replayed.mark is not mark:
                 replayed.renew(pool, mark, card_jobs)
             counts = replayed.counts
-            counts[i] = left = counts[i] - 1
+            left = counts[i] - 1
+            if left or tmpl is not None:
+                # (A count that reaches 0 is not written where slices are not placed: a card's
+                # count is read again only by another release of it, and <= 0 is free either way.)
+                if not replayed.own:
+                    counts = replayed.counts = counts.copy()
+                    replayed.own = True
+                counts[i] = left
             if tmpl is not None:
                 key = (pool, i)
                 if not whole:

@@ -299,6 +299,9 @@ class Tick:
         self._holds_full: set[tuple[str, ...]] = set()
         #: The words of a starving job's wait without a hold, by class and chip models (``_starving_blocked``).
         self._unheld: dict[tuple[str, tuple[str, ...]], str] = {}
+        #: The reservations' margin for a class, shape and chip models, and ``reservations.taken``
+        #: when it was worked out (``_still_fits``): the same for every remembered wait of them.
+        self._margins: dict[tuple[str, Need, tuple[str, ...]], tuple[float, float]] = {}
         #: Per chip model, its holds as waiting jobs ask for them (:class:`_HeldOn`, see
         #: :meth:`_usable_holds`), until a hold is added.
         self._held_on: dict[str, _HeldOn] = {}
@@ -811,7 +814,7 @@ class Tick:
         for pool, mask in held.free_now:
             state.release_whole(pool, mask)
         kept = reservations.save()
-        reservations.forget()
+        self._forget_headroom()
         starts = len(self.out.starts)
         jid = job.id
         del self.promised[jid]
@@ -820,14 +823,15 @@ class Tick:
                 outcome = self.place(job, need, ledger, chips, held.promise)
         finally:
             reservations.restore(kept)
+            self._margins.clear()  # (worked out with its cards lent)
         masks: dict[Pool, int] = {}
         if len(self.out.starts) > starts:  # started: the promise is kept
-            reservations.forget()  # its start moved the headrooms (a reserved class's use)
+            self._forget_headroom()  # its start moved the headrooms (a reserved class's use)
             self._drop_claim(jid)
             if self._preemptor is not None:
                 self._preemptor.claimed.difference_update(held.promise.devices)
         elif jid in self.promised:  # a new plan, its free cards held already (_hold_new)
-            reservations.forget()
+            self._forget_headroom()
         else:
             promise = self.out.promises.get(jid, held.promise)  # a new plan replaces the old promise
             if self.now >= promise.until + self.policy.grace_period_s:
@@ -903,7 +907,7 @@ class Tick:
         """Cards came back to the free state mid-tick: drop what assumed it only shrinks."""
         self.free_memo.free_grew()
         self.shadow_memo.earlier()
-        self.reservations.forget()
+        self._forget_headroom()
         if self._preemptor is not None:
             self._preemptor.forget()
 
@@ -916,16 +920,33 @@ class Tick:
         self.out.waiting[job.id] = Wait(reason, detail)
 
     def _still_fits(self, entry: MemoWait, cls: str, need: Need) -> bool:
-        """Whether the reservations still leave a remembered stable wait as it was (see :meth:`_reservations_fit`)."""
+        """Whether the reservations still leave a remembered stable wait as it was (see :meth:`_reservations_fit`).
+
+        The margin depends on the class, shape and chip models only, not on the wait: one worked
+        out for another wait of them (a job's end ranks it among the holds' shadow times, so a
+        group has a wait per rank) answers while the units taken since stay below it. Dropped
+        whenever the headrooms are (:meth:`_forget_headroom`): only then may one grow.
+        """
         taken = self.reservations.taken
         if taken - entry.taken < entry.margin:
+            return True
+        key = (cls, need, entry.chips)
+        known = self._margins.get(key)
+        if known is not None and taken - known[0] < known[1]:
+            entry.taken, entry.margin = known
             return True
         margin = self._reservations_fit(cls, need, entry.chips)
         if margin is None:
             return False
         entry.taken = taken
         entry.margin = margin
+        self._margins[key] = (taken, margin)
         return True
+
+    def _forget_headroom(self) -> None:
+        """The free state changed other than by a start: the reservations' headrooms and margins are void."""
+        self.reservations.forget()
+        self._margins.clear()
 
     def _reservations_fit(self, cls: str, need: Need, chips: tuple[str, ...]) -> float | None:
         """``None`` if a reservation holds back free devices a job of ``cls`` and shape ``need`` could use now.

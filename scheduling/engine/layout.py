@@ -81,7 +81,7 @@ class PoolReplay:
     that look-up per card was the largest single cost of a replay's step.
     """
 
-    __slots__ = ("base", "base_map", "base_stamp", "counts", "free", "mark")
+    __slots__ = ("base", "base_map", "base_stamp", "counts", "free", "mark", "own")
 
     def __init__(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
         #: The replay this state belongs to (``backfill.Replay.mark``).
@@ -90,8 +90,11 @@ class PoolReplay:
         self.base: list[int] = []
         self.base_map: dict[int, list[int]] | None = None
         self.base_stamp = -1
-        #: Jobs per card as the replay has them (``base`` less the releases so far).
+        #: Jobs per card as the replay has them (``base`` less the releases so far): ``base`` itself
+        #: until the replay writes a count (``own``: a copy of its own). A whole card's one job
+        #: ending leaves nothing to write, and that is most releases: most replays copy nothing.
         self.counts: list[int] = []
+        self.own = False
         #: The free mask: as it is now until a release frees a card.
         self.free: int = pool.free
         self.renew(pool, mark, card_jobs)
@@ -104,7 +107,8 @@ class PoolReplay:
             self.base = [len(card_jobs.get(dev, ())) for dev in pool.ids]
             self.base_map = card_jobs
             self.base_stamp = pool.jobs_changed
-        self.counts = self.base.copy()
+        self.counts = self.base
+        self.own = False
 
 
 class Pool:
