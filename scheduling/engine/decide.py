@@ -289,7 +289,10 @@ class Tick:
         self._shadows: list[float] = []
         #: The starvation guard (:mod:`starvation`) and the ids of this tick's starving jobs.
         self.guard = Guard(policy)
-        self.starving: set[int] = set()
+        #: How many jobs at the front of the order are starving (:func:`starving_first`), and
+        #: whether the job whose turn it is is one of them (``Tick.run``; read in ``blocked_job``).
+        self.starving = 0
+        self._turn_starving = False
         #: Starving holds per chip model (at most :data:`MAX_HOLDS_PER_CHIP`).
         self._starving_count: dict[str, int] = {}
         #: Per chip model, the pools the last failed held-card try made again moved to the ends of
@@ -627,15 +630,14 @@ class Tick:
         reserved = bool(reservations.held)
         shadows = self._shadows
         ranks = Ranks(shadows)  # (made again when ``shadows`` changes, before a job reads it)
-        # The starving jobs are the first of the order (``starving_first``): counted off, not
-        # looked up in ``self.starving`` for each of the 10,000 jobs.
-        front = len(self.starving)
+        # The starving jobs are the first of the order (``starving_first``): counted off.
+        front = self.starving
         #: One wait per refusal of the admission memo (the waits are values: shared).
         refused: dict[tuple, Wait] = {}
         # (Plain indexing and ``self.place``, not ``map`` and a bound method in a local: compiled,
         # they are a typed list read and a native call; interpreted they cost about the same.)
         for k in idx:
-            starving = front > 0
+            starving = self._turn_starving = front > 0
             front -= 1
             job = pending[k]
             group = groups[k]
@@ -1427,7 +1429,7 @@ class Tick:
         backfill = self.policy.backfill
         holds = self.holds
         blocked = self.blocked
-        if backfill and need.template is None and job.id in self.starving:
+        if backfill and need.template is None and self._turn_starving:
             return self._starving_blocked(job, need, chips)
         fresh = [c for c in chips if c not in holds and c not in blocked]
         if not fresh:

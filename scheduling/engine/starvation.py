@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Final
+from typing import Final, cast
 
 from scheduling.engine.durations import format_duration
 from scheduling.engine.policy import Policy, zone
@@ -98,28 +98,31 @@ class Guard:
         return limit is not None and now - job.submitted_at - job.own_limits_s > limit
 
 
-def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: float) -> tuple[list[int], set[int]]:
+def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: float) -> tuple[list[int], int]:
     """``idx`` (indices into ``pending`` in priority order) with starving jobs moved in front.
 
     The starving ones longest-waiting first (by their wait beyond their own team's limits: the
     submission time plus the time those limits held them, then id); the others keep
-    their order. Also returns the starving jobs' ids.
+    their order. Also returns how many jobs are starving: the first that many of the order
+    (the tick tells them by their place, not by a set of their ids).
     """
     # One pass, with each job's threshold read from a dict by class and no call per job (this
     # runs over the whole queue every tick: 10,000 calls to :meth:`Guard.starving` were the
     # larger part of it).
     by_class = guard.by_class
     default = guard.default
+    # The indices are read and kept as the objects the list holds: copied into the new order
+    # without an int built again per job (most are not small ints).
+    items = cast("list[object]", idx)
     times: list[float] = []  # the starving jobs' keys, ids and indices, in ``idx`` order
     ids: list[int] = []
-    picked: list[int] = []
-    at: list[int] = []  # their places in ``idx``
+    picked: list[object] = []
+    rest: list[object] = []  # the others, in order
     # The order groups jobs by class first: the last class's threshold is kept, not looked up again.
     last_class = ""
     limit = by_class.get(last_class, default)
-    for pos in range(len(idx)):
-        k = idx[pos]
-        job = pending[k]
+    for item in items:
+        job = pending[cast(int, item)]
         cls = job.priority_class
         if cls is not last_class:
             last_class = cls
@@ -127,10 +130,11 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
         if limit is not None and now - job.submitted_at - job.own_limits_s > limit:
             times.append(job.submitted_at + job.own_limits_s)
             ids.append(job.id)
-            picked.append(k)
-            at.append(pos)
+            picked.append(item)
+        else:
+            rest.append(item)
     if not picked:
-        return idx, set()
+        return idx, 0
     # Sorted by time alone (a list of floats sorts with a float comparison, where a tuple per job
     # compared tuples), then each run of equal times by id, as sorting (time, id) would.
     order = sorted(range(len(times)), key=times.__getitem__)
@@ -145,13 +149,8 @@ def starving_first(guard: Guard, pending: list[JobState], idx: list[int], now: f
             order[i:j] = sorted(order[i:j], key=ids.__getitem__)
         i = j
     out = [picked[j] for j in order]
-    # The others in order, copied a run at a time (no int built again per job).
-    last = 0
-    for pos in at:
-        out += idx[last:pos]
-        last = pos + 1
-    out += idx[last:]
-    return out, set(ids)
+    out += rest
+    return cast("list[int]", out), m
 
 
 def served_late(guard: Guard, running: Iterable[JobState]) -> dict[int, float]:
