@@ -165,16 +165,24 @@ class Replay:
         tmpl = self.tmpl
         used = self.used
         mark = self.mark
-        card_jobs = self.card_jobs
-        touched: list[Pool] = []
+        # The pools the release touched, in order: nearly always one (a job's cards on one node),
+        # kept in ``last`` without a list; ``more`` only when a second shows.
+        last: Pool | None = None
+        more: list[Pool] | None = None
         for pool, i, cores, mem, cpus, whole in cards:
             if pool.chip != chip_name:
                 continue
             replayed = pool.replayed
             if replayed is None:
-                replayed = pool.replayed = PoolReplay(pool, mark, card_jobs)
+                replayed = pool.replayed = PoolReplay(pool, mark, self.card_jobs)
             elif replayed.mark is not mark:
-                replayed.renew(pool, mark, card_jobs)
+                # (PoolReplay.renew, written out: a replay renews a pool at most of its steps.)
+                replayed.mark = mark
+                replayed.free = pool.free
+                if replayed.base_map is not self.card_jobs or replayed.base_stamp != pool.jobs_changed:
+                    replayed.read_base(pool, self.card_jobs)
+                replayed.counts = replayed.base
+                replayed.own = False
             counts = replayed.counts
             left = counts[i] - 1
             if left or tmpl is not None:
@@ -197,25 +205,41 @@ class Replay:
                     used[key] = [0, 0, 0]
             if left <= 0 and pool.usable >> i & 1:
                 replayed.free |= 1 << i
-            touched.append(pool)
-        if not touched:
+            if pool is not last:
+                if last is not None:
+                    if more is None:
+                        more = [last]
+                    more.append(pool)
+                last = pool
+        if last is None:
             return None
         if self.multi:
-            full = self.full
-            full_mask = self.full_mask
-            size = self.chip.size
-            for pool in touched:
-                replayed = pool.replayed
-                assert replayed is not None
-                if replayed.free == full_mask and pool.size == size and pool not in full:
-                    full.append(pool)
+            if more is None:
+                self._came_free(last)
+            else:
+                for pool in more:
+                    self._came_free(pool)
             want = self.want
+            full = self.full
             if len(full) >= want:
                 return [p.devs[i].id for p in full[:want] for i in range(p.size)]
             return None
         if at < self.floor:
             return None
-        return _fits(self.chip, self.need, tmpl, used, touched)
+        if more is None:
+            return _fits(self.chip, self.need, tmpl, used, last)
+        for pool in more:
+            found = _fits(self.chip, self.need, tmpl, used, pool)
+            if found is not None:
+                return found
+        return None
+
+    def _came_free(self, pool: Pool) -> None:
+        """A multi-node gang's step: ``pool`` joins the whole free nodes if the release freed all of it."""
+        replayed = pool.replayed
+        assert replayed is not None
+        if replayed.free == self.full_mask and pool.size == self.chip.size and pool not in self.full:
+            self.full.append(pool)
 
 
 def _fits(
@@ -223,51 +247,48 @@ def _fits(
     need: Need,
     tmpl: object,
     used: dict[tuple[Pool, int], list[int]],
-    touched: list[Pool],
+    pool: Pool,
 ) -> list[int] | None:
+    """The devices ``need`` takes on ``pool`` as the replay has it, if it fits there."""
     n = need.whole
+    replayed = pool.replayed
+    assert replayed is not None
     if tmpl is not None:
         from scheduling.engine.snapshot import VnpuTemplate
 
         assert isinstance(tmpl, VnpuTemplate)
-        for pool in touched:
-            replayed = pool.replayed
-            assert replayed is not None
-            for i, dev in enumerate(pool.devs):
-                if not pool.usable >> i & 1:
+        for i, dev in enumerate(pool.devs):
+            if not pool.usable >> i & 1:
+                continue
+            u = used.get((pool, i))
+            if u is None:
+                if replayed.free >> i & 1:
+                    u = [0, 0, 0]
+                elif pool.slices[i]:
+                    u = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
+                else:
                     continue
-                u = used.get((pool, i))
-                if u is None:
-                    if replayed.free >> i & 1:
-                        u = [0, 0, 0]
-                    elif pool.slices[i]:
-                        u = [pool.used_cores[i], pool.used_mem[i], pool.used_cpus[i]]
-                    else:
-                        continue
-                left = replayed.counts[i]
-                whole_taken = left > 0 and not pool.slices[i]
-                if whole_taken:
-                    continue
-                if (
-                    dev.ai_cores - u[0] >= tmpl.ai_cores
-                    and dev.hbm_mb - u[1] >= tmpl.memory_mb
-                    and dev.ai_cpus - u[2] >= tmpl.ai_cpus
-                ):
-                    return [dev.id]
+            left = replayed.counts[i]
+            whole_taken = left > 0 and not pool.slices[i]
+            if whole_taken:
+                continue
+            if (
+                dev.ai_cores - u[0] >= tmpl.ai_cores
+                and dev.hbm_mb - u[1] >= tmpl.memory_mb
+                and dev.ai_cpus - u[2] >= tmpl.ai_cpus
+            ):
+                return [dev.id]
         return None
-    for pool in touched:
-        replayed = pool.replayed
-        assert replayed is not None
-        mask = replayed.free
-        if n <= chip.gmax:
-            group = best_group(mask, pool.groups, n)
-            if group:
-                return [pool.devs[i].id for i in lowest_bits(group, n)]
-        else:
-            unit = chip.gmax
-            groups = [g for g in pool.groups if g.bit_count() == unit and mask & g == g]
-            if len(groups) >= n // unit:
-                return [pool.devs[i].id for g in groups[: n // unit] for i in lowest_bits(g, unit)]
+    mask = replayed.free
+    if n <= chip.gmax:
+        group = best_group(mask, pool.groups, n)
+        if group:
+            return [pool.devs[i].id for i in lowest_bits(group, n)]
+    else:
+        unit = chip.gmax
+        groups = [g for g in pool.groups if g.bit_count() == unit and mask & g == g]
+        if len(groups) >= n // unit:
+            return [pool.devs[i].id for g in groups[: n // unit] for i in lowest_bits(g, unit)]
     return None
 
 

@@ -160,8 +160,8 @@ class _Group:
         self.slow = False
         #: Waits of steps 4c-4g by rank (see ``Tick.run``).
         self.memo = RankMemo()
-        #: The same for its starving jobs once every chip they may use has its fill of starving
-        #: holds (their waits say so, so they are not shared with the others').
+        #: The same for its starving jobs (their waits name the guard, so they are not shared with
+        #: the others').
         self.starving_memo = RankMemo()
         #: Its last stable wait, and its starving jobs': the wait of any job of the group while
         #: the epoch stands, its placement tries made again (``tick_memo``, ``Tick._retry``).
@@ -661,17 +661,12 @@ class Tick:
                 waiting[jid] = refusal
                 continue
             chips = adm[2]
-            memo = group.memo
-            if starving:
-                if not self._starving_holds_full(chips):  # it may hold cards of its own: no memo
-                    outcome = self.place(job, need, ledger, list(chips))
-                    if outcome is not None:
-                        waiting[jid] = Wait(*outcome)
-                    shadows = self._shadows
-                    continue
-                # No hold of its own this tick (holds only fill up during one): it places as
-                # any job does, with a wait that names the guard, remembered apart.
-                memo = group.starving_memo
+            # A starving job's wait names the guard: remembered apart. One that may still hold
+            # cards of its own is placed in full unless the free state is as an earlier starving
+            # job of its group left it, waiting without a hold (its chip models with room for one
+            # out of reach: a reservation, backfill off): a hold, a start or a victim search
+            # changes the free state's version, and the rest only fills up during a tick.
+            memo = group.starving_memo if starving else group.memo
             # Steps 4c-4g give the same answer to every job of the same team, class
             # and shape until the free state changes (a start, a hold, a preemption):
             # the long tail of a full queue is answered from this memo. With holds,

@@ -100,15 +100,19 @@ class PoolReplay:
         self.renew(pool, mark, card_jobs)
 
     def renew(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
-        """The pool as it is now, for the replay ``mark``."""
+        """The pool as it is now, for the replay ``mark`` (written out in ``backfill.Replay.step`` too)."""
         self.mark = mark
         self.free = pool.free
         if self.base_map is not card_jobs or self.base_stamp != pool.jobs_changed:
-            self.base = [len(card_jobs.get(dev, ())) for dev in pool.ids]
-            self.base_map = card_jobs
-            self.base_stamp = pool.jobs_changed
+            self.read_base(pool, card_jobs)
         self.counts = self.base
         self.own = False
+
+    def read_base(self, pool: Pool, card_jobs: dict[int, list[int]]) -> None:
+        """Read the pool's jobs per card from ``card_jobs``, as of ``Pool.jobs_changed``."""
+        self.base = [len(card_jobs.get(dev, ())) for dev in pool.ids]
+        self.base_map = card_jobs
+        self.base_stamp = pool.jobs_changed
 
 
 class Pool:
