@@ -140,6 +140,7 @@ class _Group:
         "n",
         "need",
         "promise",
+        "retried",
         "size",
         "slow",
         "starving_memo",
@@ -174,6 +175,24 @@ class _Group:
         self.base = 0.0
         #: A job holding a promise from an earlier tick is a group of its own (see ``Tick.run``).
         self.promise: _Promised | None = None
+        #: ``Tick._retry``'s answers by rank + 1 (see there).
+        self.retried: list[_Retried | None] = []
+
+
+class _Retried:
+    """``Tick._retry``'s answer for a group and rank: the failed tries it made again, and what it was sure of."""
+
+    __slots__ = ("epoch", "looked", "plan", "ranked_on")
+
+    def __init__(
+        self, epoch: int, looked: tuple[str, ...], ranked_on: list[float], plan: list[tuple[str, _Usable]]
+    ) -> None:
+        #: The free memo's epoch, the remembered wait's chip models and the shadow times ranked on.
+        self.epoch = epoch
+        self.looked = looked
+        self.ranked_on = ranked_on
+        #: The chip models whose held cards it tried, with those holds.
+        self.plan = plan
 
 
 class _Promised:
@@ -697,7 +716,7 @@ class Tick:
                 if (
                     (hit.version == version or hit.epoch == epoch)
                     and (not reserved or hit.version == version or self._still_fits(hit, group.cls, need))
-                    and (not hit.held or self._retry(need, ledger, duration, hit.looked, rank, shadows) is not None)
+                    and (not hit.held or self._retry(group, duration, hit.looked, rank, shadows) is not None)
                 ):
                     waiting[jid] = hit.wait
                     continue
@@ -711,7 +730,7 @@ class Tick:
             ):
                 # The group's last stable wait is every job's while the epoch stands, whatever holds
                 # it ends before, if its own placements are failures known too (tick_memo).
-                tried = self._retry(need, ledger, duration, wide.looked, rank, shadows)
+                tried = self._retry(group, duration, wide.looked, rank, shadows)
                 if tried is not None:
                     wait = waiting[jid] = wide.wait
                     # (Upward: a longer job ends before no more holds: the same tries, or fewer.)
@@ -1166,7 +1185,7 @@ class Tick:
             which = 0
             for hold in usable:
                 which |= 1 << hold.place
-            got = on.lists[key] = _Usable(usable, which)
+            got = on.lists[key] = _Usable(usable, which, on.ordinary)
         return got
 
     def find_with_hold(self, need: Need, chip: str, usable: _Usable) -> Placement | None:
@@ -1251,26 +1270,49 @@ class Tick:
 
     def _retry(
         self,
-        need: Need,
-        ledger: TeamLedger,
+        group: _Group,
         duration: float,
         looked: tuple[str, ...],
-        rank: int = -2,
-        ranked_on: list[float] | None = None,
+        rank: int,
+        ranked_on: list[float],
     ) -> bool | None:
-        """Step 4e for a job of ``duration`` from the memo of failed placements, on the chip models a
-        remembered wait looked at (``MemoWait.looked``): if each placement, on free cards and on the
-        held cards the job ends before, is a failure the memo knows, the failed tries are made (as
-        :meth:`find_with_hold` would) and the answer is whether it tried held cards; else ``None``
+        """Step 4e for a job of ``group`` and ``duration`` from the memo of failed placements, on the chip
+        models a remembered wait looked at (``MemoWait.looked``): if each placement, on free cards and
+        on the held cards the job ends before, is a failure the memo knows, the failed tries are made
+        (as :meth:`find_with_hold` would) and the answer is whether it tried held cards; else ``None``
         and nothing done (the job is placed in full).
+
+        ``rank``: how many of the shadow times ``ranked_on`` the job's end passes (-1: no duration).
+        The answer found for a rank is the group's for every job of that rank while the epoch
+        stands (a hold is added or failures are forgotten only with a new epoch; failures only
+        add up in between), kept in ``_Group.retried``. Not kept where the team's guarantee
+        decides which holds it may use (ordinary holds), nor for slices (a lent sliced card
+        forgets their failures within the epoch: ``TickMemo.slices_lent``).
         """
+        need = group.need
+        epoch = self.free_memo.epoch
+        kept = group.retried
+        slot = rank + 1
+        if slot < len(kept):
+            known = kept[slot]
+            if (
+                known is not None
+                and known.epoch == epoch
+                and known.ranked_on is ranked_on
+                and (known.looked is looked or known.looked == looked)
+            ):
+                for chip, usable in known.plan:
+                    self._tried_in_vain(chip, usable)
+                return bool(known.plan)
         holds = self.holds
         failed_on = self.free_memo.find_fail.get(need)  # (read once: the loop asks per chip model)
         if failed_on is None:
             return None
         by_chip = self.free_memo.hold_fail.get(need)
         units = need.units
+        ledger = group.ledger
         plan: list[tuple[str, _Usable]] = []
+        plain = need.template is None and slot >= 0 and ranked_on is self._shadows
         for chip in looked:
             if chip not in failed_on:
                 return None
@@ -1278,6 +1320,8 @@ class Tick:
             if held is None:
                 continue
             usable = self._usable_holds(chip, held, duration, ledger, units[chip], rank, ranked_on)
+            if usable.ordinary:
+                plain = False
             if not usable.holds:
                 continue
             failed = by_chip.get(chip) if by_chip is not None else None
@@ -1286,6 +1330,10 @@ class Tick:
             plan.append((chip, usable))
         for chip, usable in plan:
             self._tried_in_vain(chip, usable)
+        if plain:
+            while len(kept) <= slot:
+                kept.append(None)
+            kept[slot] = _Retried(epoch, looked, ranked_on, plan)
         return bool(plan)
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
@@ -1616,7 +1664,7 @@ class Tick:
         extra: list[tuple[float, float, Release]] = []
         for k, occ in enumerate(self._changed_on.get(chip, [])):
             rel = _release(now, occ)
-            if claimed and any(c[0].devs[c[1]].id in claimed for c in rel.cards):
+            if claimed and any(c[0].keys[c[1]] in claimed for c in rel.cards):
                 now_part, late_parts = _pieces(rel, claimed)
                 extra.append((rel.at, first + k, now_part))
                 extra.extend((late_part.at, first + k + 0.5, late_part) for late_part in late_parts)
@@ -1635,13 +1683,13 @@ class Tick:
                 late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
                 for rel in held:
                     for card in rel.cards:
-                        late.setdefault(claimed[card[0].devs[card[1]].id], []).append(card)
+                        late.setdefault(claimed[card[0].keys[card[1]]], []).append(card)
                 for starved in starving:
                     for pool, mask in starved.free_now:
                         if pool.chip == chip:
                             for i in range(pool.size):
                                 if mask >> i & 1:
-                                    late.setdefault(claimed[pool.devs[i].id], []).append((pool, i, 0, 0, 0, True))
+                                    late.setdefault(claimed[pool.keys[i]], []).append((pool, i, 0, 0, 0, True))
                 held = [Release(at, cards) for at, cards in sorted(late.items())]
             # Free cards held for a promise come free when its job would end; after everything else.
             extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
@@ -1694,8 +1742,8 @@ class _Claimed:
     def __init__(self, version: int) -> None:
         #: ``Tick._claims_version`` of its chip model when built.
         self.version = version
-        #: Device id -> when it comes free.
-        self.cards: dict[int, float] = {}
+        #: Device id -> when it comes free (keyed by the ints of ``Pool.keys``: read without building one).
+        self.cards: dict[object, float] = {}
         #: The running jobs on these cards carry it (``Occupant.claimed_in``).
         self.mark = object()
 
@@ -1727,7 +1775,7 @@ def _walk(
     base: _Releases,
     moved: object,
     mark: object | None,
-    claimed: dict[int, float],
+    claimed: dict[object, float],
     extra: list[tuple[float, float, Release]],
 ) -> tuple[float, list[int]] | None:
     """Feed ``replay`` the releases in time order until the job fits: ``(time, devices)``, or ``None``.
@@ -1779,7 +1827,7 @@ def _walk(
                 mark is not None
                 and occ is not None
                 and occ.claimed_in is mark
-                and any(c[0].devs[c[1]].id in claimed for c in cards)
+                and any(c[0].keys[c[1]] in claimed for c in cards)
             ):
                 now_part, late_parts = _pieces(rel, claimed)
                 cards = now_part.cards
@@ -1817,10 +1865,12 @@ class _HeldOn:
 class _Usable:
     """The holds on one chip model whose cards some jobs may use (``Tick._usable_holds``)."""
 
-    __slots__ = ("holds", "in_place", "which")
+    __slots__ = ("holds", "in_place", "ordinary", "which")
 
-    def __init__(self, holds: list[Hold], which: int) -> None:
+    def __init__(self, holds: list[Hold], which: int, ordinary: bool) -> None:
         self.holds = holds
+        #: Whether the chip model has an ordinary hold (the team's guarantee decides which it may use).
+        self.ordinary = ordinary
         #: Their places in the chip model's list of holds, as a mask (the failed-try memo's key).
         self.which = which
         #: The chip's ``moves`` when these holds' pools were last where a failed try on them
@@ -1828,7 +1878,7 @@ class _Usable:
         self.in_place = -1
 
 
-def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Release]]:
+def _pieces(rel: Release, claimed: dict[object, float]) -> tuple[Release, list[Release]]:
     """The cards of ``rel`` free at its time, and its claimed ones, one piece per time they come free.
 
     Nearly always a release's claimed cards are one hold's, free at one time: when all its cards
@@ -1844,7 +1894,7 @@ def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Rele
     j = 0
     while j < n:
         c = cards[j]
-        free_at = claimed.get(c[0].devs[c[1]].id)
+        free_at = claimed.get(c[0].keys[c[1]])
         if free_at is None:
             break
         at = free_at if free_at > rel_at else rel_at
@@ -1860,7 +1910,7 @@ def _pieces(rel: Release, claimed: dict[int, float]) -> tuple[Release, list[Rele
     first_at = rel_at
     late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] | None = None
     for c in cards:
-        free_at = claimed.get(c[0].devs[c[1]].id)
+        free_at = claimed.get(c[0].keys[c[1]])
         if free_at is None:
             now_cards.append(c)
             continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from scheduling.engine.record import Record
 from scheduling.engine.snapshot import DeviceState, JobState, NodeState, Slot, VnpuTemplate
@@ -130,6 +130,7 @@ class Pool:
         "jobs_changed",
         "key",
         "key0",
+        "keys",
         "ktab",
         "node",
         "replayed",
@@ -160,6 +161,9 @@ class Pool:
         #: Group masks, in first-seen order (ring 0 before ring 1).
         self.groups: tuple[int, ...] = tuple(groups.values())
         self.ids = [dev.id for dev in devs]
+        #: The same list, read as objects: a look-up by device id in a dictionary (a replay's
+        #: claimed cards) takes the list's own int, where reading ``ids`` builds one again.
+        self.keys = cast("list[object]", self.ids)
         self.usable = usable
         #: Usable cards with nobody on them (whole-card placement takes from here).
         self.free = usable
