@@ -1250,14 +1250,19 @@ class Tick:
         tried last: moving the end of the pools just moved, with nothing moved since, leaves
         them where they are, so nothing is moved. Each list keeps the chip's ``moves`` when its
         pools were last in place (nothing moved since: still so).
+
+        A pool with no free card left is not moved: its bucket (no free card) is one placement
+        never walks, and the next tick builds a changed bucket again from the pools' order.
         """
         chip_state = self.state.chips[chip]
         moves = chip_state.moves
         if usable.in_place == moves:
             return
-        seq = [pool for hold in usable.holds for pool, _ in hold.free_now]
+        seq = [pool for hold in usable.holds for pool, _ in hold.free_now if pool.free]
         last = self._moved.get(chip)
-        if last is None or last[1] != moves or len(seq) > len(last[0]) or last[0][len(last[0]) - len(seq) :] != seq:
+        if not seq:
+            pass
+        elif last is None or last[1] != moves or len(seq) > len(last[0]) or last[0][len(last[0]) - len(seq) :] != seq:
             buckets = chip_state.buckets
             for pool in seq:
                 bucket = buckets[pool.key]
