@@ -250,13 +250,15 @@ class Ranks:
     cell. Built in one pass over the times, when a tick's list of them changes.
     """
 
-    __slots__ = ("cells", "grid", "lo", "n", "scale", "times")
+    __slots__ = ("cells", "grid", "hi", "lo", "n", "scale", "times")
 
     def __init__(self, times: list[float]) -> None:
         self.times = times
         n = self.n = len(times)
+        # (The first and last times kept as floats of their own: read for every job, unboxed once.)
         self.lo = lo = times[0] if n else 0.0
-        span = times[n - 1] - lo if n else 0.0
+        self.hi = times[n - 1] if n else 0.0
+        span = self.hi - lo
         self.cells = cells = 2 * n
         #: Cells per second (0: no grid, when the times do not span a finite length).
         #: A few times are searched as fast as a grid is built: none below eight.
@@ -274,12 +276,12 @@ class Ranks:
 
     def count(self, t: float) -> int:
         """How many of the times lie before ``t``: ``passed(times, t)``."""
-        times = self.times
         n = self.n
-        if n == 0 or t <= times[0]:
+        if n == 0 or t <= self.lo:
             return 0
-        if times[n - 1] < t:
+        if self.hi < t:
             return n
+        times = self.times
         if self.scale == 0.0:
             return passed(times, t)
         b = int((t - self.lo) * self.scale)
