@@ -92,6 +92,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import date
+from typing import cast
 
 from scheduling.engine import array_throttle, dependency, member_limits, priority, reasons, run_time
 from scheduling.engine.backfill import Hold, Release, Replay
@@ -1623,9 +1624,10 @@ class Tick:
         the running jobs on them (``Occupant.claimed_in``): their releases are split in a replay."""
         cards = kept.cards
         mark = kept.mark
-        card_jobs = self.state.card_jobs
-        occupants = self.state.occupants
-        for dev in devices:
+        # (Ids read and looked up as the objects they are: no int built again per look-up.)
+        card_jobs = cast("dict[object, list[object]]", self.state.card_jobs)
+        occupants = cast("dict[object, Occupant]", self.state.occupants)
+        for dev in cast("Iterable[object]", devices):
             if latest and cards.get(dev, -math.inf) >= free_at:
                 continue
             cards[dev] = free_at
@@ -1685,16 +1687,28 @@ class Tick:
             if starving:
                 # A free card held now comes free when the last claim on it ends: a later starving
                 # job's hold may have claimed it after the job it is held for (``claimed`` is the latest).
+                # (Looked up, not ``setdefault``: that builds an empty list for every card.)
                 late: dict[float, list[tuple[Pool, int, int, int, int, bool]]] = {}
                 for rel in held:
                     for card in rel.cards:
-                        late.setdefault(claimed[card[0].keys[card[1]]], []).append(card)
+                        at = claimed[card[0].keys[card[1]]]
+                        piece = late.get(at)
+                        if piece is None:
+                            piece = late[at] = []
+                        piece.append(card)
                 for starved in starving:
                     for pool, mask in starved.free_now:
                         if pool.chip == chip:
-                            for i in range(pool.size):
-                                if mask >> i & 1:
-                                    late.setdefault(claimed[pool.keys[i]], []).append((pool, i, 0, 0, 0, True))
+                            keys = pool.keys
+                            while mask:
+                                low = mask & -mask
+                                i = low.bit_length() - 1
+                                mask ^= low
+                                at = claimed[keys[i]]
+                                piece = late.get(at)
+                                if piece is None:
+                                    piece = late[at] = []
+                                piece.append((pool, i, 0, 0, 0, True))
                 held = [Release(at, cards) for at, cards in sorted(late.items())]
             # Free cards held for a promise come free when its job would end; after everything else.
             extra.extend((rel.at, 2 * first + k, rel) for k, rel in enumerate(held))
