@@ -141,7 +141,6 @@ class _Group:
         "n",
         "need",
         "promise",
-        "retried",
         "size",
         "slow",
         "starving_memo",
@@ -176,24 +175,6 @@ class _Group:
         self.base = 0.0
         #: A job holding a promise from an earlier tick is a group of its own (see ``Tick.run``).
         self.promise: _Promised | None = None
-        #: ``Tick._retry``'s answers by rank + 1 (see there).
-        self.retried: list[_Retried | None] = []
-
-
-class _Retried:
-    """``Tick._retry``'s answer for a group and rank: the failed tries it made again, and what it was sure of."""
-
-    __slots__ = ("epoch", "looked", "plan", "ranked_on")
-
-    def __init__(
-        self, epoch: int, looked: tuple[str, ...], ranked_on: list[float], plan: list[tuple[str, _Usable]]
-    ) -> None:
-        #: The free memo's epoch, the remembered wait's chip models and the shadow times ranked on.
-        self.epoch = epoch
-        self.looked = looked
-        self.ranked_on = ranked_on
-        #: The chip models whose held cards it tried, with those holds.
-        self.plan = plan
 
 
 class _Promised:
@@ -717,7 +698,7 @@ class Tick:
                 if (
                     (hit.version == version or hit.epoch == epoch)
                     and (not reserved or hit.version == version or self._still_fits(hit, group.cls, need))
-                    and (not hit.held or self._retry(group, duration, hit.looked, rank, shadows) is not None)
+                    and (not hit.held or self._retry(need, ledger, duration, hit.looked, rank, shadows) is not None)
                 ):
                     waiting[jid] = hit.wait
                     continue
@@ -731,7 +712,7 @@ class Tick:
             ):
                 # The group's last stable wait is every job's while the epoch stands, whatever holds
                 # it ends before, if its own placements are failures known too (tick_memo).
-                tried = self._retry(group, duration, wide.looked, rank, shadows)
+                tried = self._retry(need, ledger, duration, wide.looked, rank, shadows)
                 if tried is not None:
                     wait = waiting[jid] = wide.wait
                     # (Upward: a longer job ends before no more holds: the same tries, or fewer.)
@@ -1186,7 +1167,7 @@ class Tick:
             which = 0
             for hold in usable:
                 which |= 1 << hold.place
-            got = on.lists[key] = _Usable(usable, which, on.ordinary)
+            got = on.lists[key] = _Usable(usable, which)
         return got
 
     def find_with_hold(self, need: Need, chip: str, usable: _Usable) -> Placement | None:
@@ -1276,49 +1257,29 @@ class Tick:
 
     def _retry(
         self,
-        group: _Group,
+        need: Need,
+        ledger: TeamLedger,
         duration: float,
         looked: tuple[str, ...],
-        rank: int,
-        ranked_on: list[float],
+        rank: int = -2,
+        ranked_on: list[float] | None = None,
     ) -> bool | None:
-        """Step 4e for a job of ``group`` and ``duration`` from the memo of failed placements, on the chip
-        models a remembered wait looked at (``MemoWait.looked``): if each placement, on free cards and
-        on the held cards the job ends before, is a failure the memo knows, the failed tries are made
-        (as :meth:`find_with_hold` would) and the answer is whether it tried held cards; else ``None``
+        """Step 4e for a job of ``duration`` from the memo of failed placements, on the chip models a
+        remembered wait looked at (``MemoWait.looked``): if each placement, on free cards and on the
+        held cards the job ends before, is a failure the memo knows, the failed tries are made (as
+        :meth:`find_with_hold` would) and the answer is whether it tried held cards; else ``None``
         and nothing done (the job is placed in full).
 
-        ``rank``: how many of the shadow times ``ranked_on`` the job's end passes (-1: no duration).
-        The answer found for a rank is the group's for every job of that rank while the epoch
-        stands (a hold is added or failures are forgotten only with a new epoch; failures only
-        add up in between), kept in ``_Group.retried``. Not kept where the team's guarantee
-        decides which holds it may use (ordinary holds), nor for slices (a lent sliced card
-        forgets their failures within the epoch: ``TickMemo.slices_lent``).
+        (Its answer is not kept per group and rank: that saved instructions but not time, the
+        objects it was kept in costing more to make than the look-ups they saved.)
         """
-        need = group.need
-        epoch = self.free_memo.epoch
-        kept = group.retried
-        slot = rank + 1
-        if slot < len(kept):
-            known = kept[slot]
-            if (
-                known is not None
-                and known.epoch == epoch
-                and known.ranked_on is ranked_on
-                and (known.looked is looked or known.looked == looked)
-            ):
-                for chip, usable in known.plan:
-                    self._tried_in_vain(chip, usable)
-                return bool(known.plan)
         holds = self.holds
         failed_on = self.free_memo.find_fail.get(need)  # (read once: the loop asks per chip model)
         if failed_on is None:
             return None
         by_chip = self.free_memo.hold_fail.get(need)
         units = need.units
-        ledger = group.ledger
         plan: list[tuple[str, _Usable]] = []
-        plain = need.template is None and slot >= 0 and ranked_on is self._shadows
         for chip in looked:
             if chip not in failed_on:
                 return None
@@ -1326,8 +1287,6 @@ class Tick:
             if held is None:
                 continue
             usable = self._usable_holds(chip, held, duration, ledger, units[chip], rank, ranked_on)
-            if usable.ordinary:
-                plain = False
             if not usable.holds:
                 continue
             failed = by_chip.get(chip) if by_chip is not None else None
@@ -1336,10 +1295,6 @@ class Tick:
             plan.append((chip, usable))
         for chip, usable in plan:
             self._tried_in_vain(chip, usable)
-        if plain:
-            while len(kept) <= slot:
-                kept.append(None)
-            kept[slot] = _Retried(epoch, looked, ranked_on, plan)
         return bool(plan)
 
     def start(self, job: JobState, ledger: TeamLedger, need: Need, placement: Placement, backfilled: bool) -> None:
@@ -1884,12 +1839,10 @@ class _HeldOn:
 class _Usable:
     """The holds on one chip model whose cards some jobs may use (``Tick._usable_holds``)."""
 
-    __slots__ = ("holds", "in_place", "ordinary", "which")
+    __slots__ = ("holds", "in_place", "which")
 
-    def __init__(self, holds: list[Hold], which: int, ordinary: bool) -> None:
+    def __init__(self, holds: list[Hold], which: int) -> None:
         self.holds = holds
-        #: Whether the chip model has an ordinary hold (the team's guarantee decides which it may use).
-        self.ordinary = ordinary
         #: Their places in the chip model's list of holds, as a mask (the failed-try memo's key).
         self.which = which
         #: The chip's ``moves`` when these holds' pools were last where a failed try on them
