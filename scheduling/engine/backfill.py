@@ -176,7 +176,7 @@ class Replay:
             if replayed is None:
                 replayed = pool.replayed = PoolReplay(pool, mark, self.card_jobs)
             elif replayed.mark is not mark:
-                # (PoolReplay.renew, written out: a replay renews a pool at most of its steps.)
+                # (PoolReplay.renew written out: most of a replay's steps renew a pool.)
                 replayed.mark = mark
                 replayed.free = pool.free
                 if replayed.base_map is not self.card_jobs or replayed.base_stamp != pool.jobs_changed:

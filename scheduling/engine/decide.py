@@ -288,7 +288,7 @@ class Tick:
         #: model has one hold (its first blocked job's), or several with the starvation guard.
         self.holds: dict[str, list[Hold]] = {}
         self._shadows: list[float] = []
-        #: The starvation guard (:mod:`starvation`) and the ids of this tick's starving jobs.
+        #: The starvation guard (:mod:`starvation`).
         self.guard = Guard(policy)
         #: How many jobs at the front of the order are starving (:func:`starving_first`), and
         #: whether the job whose turn it is is one of them (``Tick.run``; read in ``blocked_job``).
