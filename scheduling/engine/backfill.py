@@ -176,7 +176,7 @@ class Replay:
             if replayed is None:
                 replayed = pool.replayed = PoolReplay(pool, mark, self.card_jobs)
             elif replayed.mark is not mark:
-                # (PoolReplay.renew written out: most of a replay's steps renew a pool.)
+                # The pool as it is now, for this replay (see PoolReplay).
                 replayed.mark = mark
                 replayed.free = pool.free
                 if replayed.base_map is not self.card_jobs or replayed.base_stamp != pool.jobs_changed:

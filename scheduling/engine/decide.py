@@ -1242,9 +1242,9 @@ class Tick:
             return
         seq = [pool for hold in usable.holds for pool, _ in hold.free_now if pool.free]
         last = self._moved.get(chip)
-        if not seq:
-            pass
-        elif last is None or last[1] != moves or len(seq) > len(last[0]) or last[0][len(last[0]) - len(seq) :] != seq:
+        if seq and (
+            last is None or last[1] != moves or len(seq) > len(last[0]) or last[0][len(last[0]) - len(seq) :] != seq
+        ):
             buckets = chip_state.buckets
             for pool in seq:
                 bucket = buckets[pool.key]

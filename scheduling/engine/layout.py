@@ -97,16 +97,10 @@ class PoolReplay:
         self.own = False
         #: The free mask: as it is now until a release frees a card.
         self.free: int = pool.free
-        self.renew(pool, mark, card_jobs)
-
-    def renew(self, pool: Pool, mark: object, card_jobs: dict[int, list[int]]) -> None:
-        """The pool as it is now, for the replay ``mark`` (written out in ``backfill.Replay.step`` too)."""
-        self.mark = mark
-        self.free = pool.free
-        if self.base_map is not card_jobs or self.base_stamp != pool.jobs_changed:
-            self.read_base(pool, card_jobs)
+        self.read_base(pool, card_jobs)
         self.counts = self.base
-        self.own = False
+        # (A later replay renews it in ``backfill.Replay.step``, written out there: most of a
+        # replay's steps renew a pool.)
 
     def read_base(self, pool: Pool, card_jobs: dict[int, list[int]]) -> None:
         """Read the pool's jobs per card from ``card_jobs``, as of ``Pool.jobs_changed``."""
